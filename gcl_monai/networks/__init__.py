@@ -1,0 +1,1 @@
+from .gcl_net import ENCODER_PREFIXES, GCLNet, ProjectionHead

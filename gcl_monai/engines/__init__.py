@@ -1,0 +1,2 @@
+from .events import GCLEvents
+from .pretrainer import SIMCLR_TASK, GCLPretrainer

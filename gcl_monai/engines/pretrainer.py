@@ -1,0 +1,175 @@
+"""Ignite/MONAI engine of GCL pre-training: one forward pass, one gradient per meta label, combined by a handler."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+from monai.engines import Trainer
+from monai.engines.utils import IterationEvents
+from monai.utils import CommonKeys as Keys
+from torch.optim.optimizer import Optimizer
+
+from gcl_monai.losses import GradFilter, LastLayerJacobian, MetaContrastiveLoss, PixelContrastiveLoss
+
+from .events import GCLEvents
+
+__all__ = ["GCLPretrainer", "SIMCLR_TASK"]
+
+#: task name used in logs for the image-wise loss without meta label (SimCLR).
+SIMCLR_TASK = "simclr"
+
+
+class GCLPretrainer(Trainer):
+    """
+    Contrastive pre-training with multi-perspective meta labels (Zhang et al., ACM MM 2023, Sec. 3.4).
+
+    Each iteration concatenates the two views of the batch (``view_keys``), runs the network once, and computes
+    for each meta label m the loss :math:`L^m = L^m_{img} + w_{pix} L^m_{pix}` (Eq. 1 and 5; a ``None`` meta
+    label means "no meta label", i.e. SimCLR's positives). It then computes the gradient of every :math:`L^m`
+    with respect to the trainable parameters (one ``torch.autograd.grad`` per meta label over the shared forward
+    graph), stores them in ``engine.state.task_grads`` and fires :py:attr:`GCLEvents.GRADIENTS_COMPUTED`, at
+    which a combiner handler (GradMitigator, Algorithm 1, or the plain sum of Eq. 2) writes ``param.grad``;
+    then the optimizer steps. The ablations of the paper's Table 4 are therefore choices of ``meta_labels``,
+    ``pixel_loss``, ``grad_filter`` and of the attached handlers.
+
+    ``engine.state.output`` holds ``"loss"`` (sum over meta labels), per meta label name ``"img/<name>"`` and
+    ``"pix/<name>"``, ``"std/img"`` (the mean per-dimension standard deviation of the normalised image-wise
+    representations, near 0 when they collapse), plus whatever the combiner handler reports in ``engine.state.gradient_stats``.
+
+    Args:
+        device: device of the network.
+        max_epochs: number of epochs.
+        train_data_loader: yields dicts with the two views (``view_keys``) and the meta labels as (B,) integers.
+        network: a :py:class:`gcl_monai.networks.GCLNet` (or a module with the same outputs).
+        optimizer: optimizer of the network's parameters.
+        meta_labels: one entry per meta label (a key of the batch), ``None`` for SimCLR's positives.
+        image_loss: image-wise loss; defaults to ``MetaContrastiveLoss(0.1)``.
+        pixel_loss: pixel-wise loss (None disables the pixel branch).
+        pixel_weight: weight of the pixel-wise loss (1 in the paper).
+        grad_filter: GradFilter used by the pixel loss (its ``keep_fraction`` is set by a pace handler).
+        view_keys: keys of the two views in the batch.
+        epoch_length, non_blocking, iteration_update, train_handlers, event_names, event_to_attr, to_kwargs:
+            as in :py:class:`monai.engines.SupervisedTrainer`.
+
+    Raises:
+        ValueError: when ``meta_labels`` is empty, or a batch lacks a meta label (named in the message).
+        RuntimeError: when a loss is not finite, or no combiner handler consumed the gradients.
+    """
+
+    def __init__(
+        self,
+        device: torch.device | str,
+        max_epochs: int,
+        train_data_loader: Iterable,
+        network: torch.nn.Module,
+        optimizer: Optimizer,
+        meta_labels: Sequence[str | None] = (None,),
+        image_loss: Callable | None = None,
+        pixel_loss: PixelContrastiveLoss | None = None,
+        pixel_weight: float = 1.0,
+        grad_filter: GradFilter | None = None,
+        view_keys: Sequence[str] = ("image", "image_2"),
+        epoch_length: int | None = None,
+        non_blocking: bool = False,
+        iteration_update: Callable | None = None,
+        train_handlers: Sequence | None = None,
+        event_names: list | None = None,
+        event_to_attr: dict | None = None,
+        to_kwargs: dict | None = None,
+    ) -> None:
+        if len(meta_labels) == 0:
+            raise ValueError("meta_labels must name at least one meta label (or contain None for SimCLR).")
+        self.network = network
+        self.optimizer = optimizer
+        self.meta_labels = list(meta_labels)
+        self.image_loss = image_loss if image_loss is not None else MetaContrastiveLoss(temperature=0.1)
+        self.pixel_loss = pixel_loss
+        self.pixel_weight = pixel_weight
+        self.grad_filter = grad_filter
+        self.view_keys = tuple(view_keys)
+        super().__init__(
+            device=device,
+            max_epochs=max_epochs,
+            data_loader=train_data_loader,
+            epoch_length=epoch_length,
+            non_blocking=non_blocking,
+            iteration_update=iteration_update,
+            handlers=train_handlers,
+            event_names=[GCLEvents, IterationEvents, *(event_names or [])],
+            event_to_attr=event_to_attr,
+            decollate=False,
+            to_kwargs=to_kwargs,
+        )
+
+    @property
+    def task_names(self) -> list[str]:
+        """Names of the meta labels in logs (``"simclr"`` for None)."""
+        return [SIMCLR_TASK if m is None else str(m) for m in self.meta_labels]
+
+    def _labels(self, batchdata: dict) -> list[torch.Tensor | None]:
+        labels = []
+        for m in self.meta_labels:
+            if m is None:
+                labels.append(None)
+                continue
+            if m not in batchdata:
+                raise ValueError(f"meta label '{m}' is not in the batch; available keys: {sorted(batchdata)}.")
+            labels.append(torch.as_tensor(batchdata[m]).to(self.state.device).long().view(-1))
+        return labels
+
+    def _iteration(self, engine: GCLPretrainer, batchdata: dict) -> dict:
+        if batchdata is None:
+            raise ValueError("Must provide batch data for current iteration.")
+        views = torch.cat([torch.as_tensor(batchdata[k]) for k in engine.view_keys]).to(
+            engine.state.device, non_blocking=engine.non_blocking, **engine.to_kwargs
+        )
+        labels = engine._labels(batchdata)
+        engine.network.train()
+        engine.optimizer.zero_grad(set_to_none=True)
+        out = engine.network(views)
+        engine.fire_event(IterationEvents.FORWARD_COMPLETED)
+
+        filtering = engine.pixel_loss is not None and engine.grad_filter is not None
+        jacobian = LastLayerJacobian.from_output(engine.network, out) if filtering else None
+        # per-dimension std of the normalised image-wise representations; ~0 means collapse
+        output: dict = {"std/img": torch.nn.functional.normalize(out["img"].detach(), dim=1).std(0).mean()}
+        task_losses = []
+        for name, y in zip(engine.task_names, labels):
+            loss = engine.image_loss(out["img"], y)
+            output[f"img/{name}"] = loss.detach()
+            if engine.pixel_loss is not None:
+                pix = engine.pixel_loss(out["pix"], out["img_map"], y, engine.grad_filter, jacobian)
+                output[f"pix/{name}"] = pix.detach()
+                loss = loss + engine.pixel_weight * pix
+            if not torch.isfinite(loss):
+                raise RuntimeError(
+                    f"non-finite loss for meta label '{name}' at iteration {engine.state.iteration}: "
+                    f"{output}; lower the learning rate or check the inputs."
+                )
+            task_losses.append(loss)
+        output[Keys.LOSS] = torch.stack(task_losses).sum().detach()
+        engine.fire_event(IterationEvents.LOSS_COMPLETED)
+
+        params = [p for p in engine.network.parameters() if p.requires_grad]
+        engine.state.task_params = params
+        engine.state.task_grads = [
+            [
+                torch.zeros_like(p) if g is None else g
+                for p, g in zip(
+                    params, torch.autograd.grad(loss, params, retain_graph=i < len(task_losses) - 1, allow_unused=True)
+                )
+            ]
+            for i, loss in enumerate(task_losses)
+        ]
+        engine.fire_event(IterationEvents.BACKWARD_COMPLETED)
+        engine.fire_event(GCLEvents.GRADIENTS_COMPUTED)
+        if engine.state.task_grads is not None:
+            raise RuntimeError(
+                "no gradient combiner consumed the per-meta-label gradients: attach a "
+                "gcl_monai.handlers.GradMitigatorHandler (with a GradMitigator or a SumCombiner)."
+            )
+        engine.optimizer.step()
+        engine.fire_event(IterationEvents.MODEL_COMPLETED)
+        output.update(getattr(engine.state, "gradient_stats", {}) or {})
+        return output

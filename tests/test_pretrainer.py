@@ -1,0 +1,145 @@
+import copy
+
+import pytest
+import torch
+from ignite.engine import Events
+from monai.handlers import CheckpointLoader, CheckpointSaver
+from monai.networks.nets import BasicUNet
+
+from monai.engines.utils import IterationEvents
+
+from gcl_monai.engines import GCLPretrainer
+from gcl_monai.gradients import GradMitigator, SumCombiner
+from gcl_monai.handlers import EncoderExporter, EpochSeedHandler, GradFilterPaceHandler, GradMitigatorHandler
+from gcl_monai.losses import GradFilter, PixelContrastiveLoss
+from gcl_monai.networks import GCLNet
+
+FEATURES = (4, 4, 8, 8, 16, 4)
+
+
+class RandomViews(torch.utils.data.Dataset):
+    """Slices with two views and three meta labels; the views are drawn from the global torch RNG."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return {
+            "image": torch.rand(1, 32, 32),
+            "image_2": torch.rand(1, 32, 32),
+            "patient_id": torch.tensor(i % 3),
+            "slice_quantile": torch.tensor(i % 4 + 1),
+            "organ_state": torch.tensor(i % 2),
+        }
+
+
+def build(meta_labels=("patient_id", "slice_quantile", "organ_state"), combiner="mitigator", pixel=True, ckpt=None):
+    torch.manual_seed(0)
+    net = GCLNet(features=FEATURES, proj_dim=8)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    loader = torch.utils.data.DataLoader(RandomViews(), batch_size=4, shuffle=True)
+    grad_filter = GradFilter() if pixel else None
+    comb = GradMitigator(len(meta_labels)) if combiner == "mitigator" else SumCombiner(len(meta_labels))
+    mitigator = GradMitigatorHandler(comb)
+    trainer = GCLPretrainer(
+        device="cpu",
+        max_epochs=3,
+        train_data_loader=loader,
+        network=net,
+        optimizer=opt,
+        meta_labels=list(meta_labels),
+        pixel_loss=PixelContrastiveLoss(temperature=0.1, topk_ratio=0.3) if pixel else None,
+        grad_filter=grad_filter,
+    )
+    handlers = [mitigator, EpochSeedHandler(seed=7)]
+    if pixel:
+        handlers.append(GradFilterPaceHandler(grad_filter))
+    for h in handlers:
+        h.attach(trainer)
+    save_dict = {"network": net, "optimizer": opt, "trainer": trainer, "mitigator": mitigator}
+    if pixel:
+        save_dict["grad_filter"] = grad_filter
+    return trainer, net, save_dict
+
+
+def test_iteration_outputs_and_update():
+    trainer, net, _ = build()
+    before = copy.deepcopy(net.state_dict())
+    seen = []
+    trainer.add_event_handler(IterationEvents.BACKWARD_COMPLETED, lambda e: seen.append(len(e.state.task_grads)))
+    trainer.run()
+    out = trainer.state.output
+    for name in ("patient_id", "slice_quantile", "organ_state"):
+        assert torch.isfinite(out[f"img/{name}"]) and torch.isfinite(out[f"pix/{name}"])
+    assert seen and all(n == 3 for n in seen)
+    assert any(k.startswith("cos") for k in out)
+    assert any(not torch.equal(before[k], v) for k, v in net.state_dict().items())
+    assert trainer.grad_filter.keep_fraction == pytest.approx(
+        1 + torch.log(torch.tensor(5 / 6 + torch.e**-4)).item() / 4, rel=1e-5
+    )  # pace of the last of 6 iterations (t = 5)
+
+
+def test_single_task_sum_equals_plain_backward():
+    """SimCLR with the sum combiner gives exactly the gradient of a plain loss.backward()."""
+    trainer, net, _ = build(meta_labels=(None,), combiner="sum", pixel=False)
+    batch = next(iter(trainer.data_loader))
+    ref = copy.deepcopy(net)
+    views = torch.cat([batch["image"], batch["image_2"]])
+    trainer.image_loss(ref(views)["img"], None).backward()
+    captured = {}
+
+    def grab(engine):
+        captured.update({n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None})
+
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, grab)
+    trainer.optimizer.step = lambda: None  # keep the weights to compare the gradients
+    trainer.state.device = torch.device("cpu")
+    trainer._iteration(trainer, batch)
+    grab(trainer)
+    for n, p in ref.named_parameters():
+        if p.grad is not None:
+            torch.testing.assert_close(captured[n], p.grad)
+
+
+def test_missing_combiner_and_missing_meta_label():
+    net = GCLNet(features=FEATURES, proj_dim=8)
+    loader = torch.utils.data.DataLoader(RandomViews(), batch_size=4)
+    trainer = GCLPretrainer("cpu", 1, loader, net, torch.optim.SGD(net.parameters(), lr=0.1), meta_labels=[None])
+    with pytest.raises(RuntimeError, match="GradMitigatorHandler"):
+        trainer.run()
+    trainer = GCLPretrainer("cpu", 1, loader, net, torch.optim.SGD(net.parameters(), lr=0.1), meta_labels=["age"])
+    GradMitigatorHandler(SumCombiner(1)).attach(trainer)
+    with pytest.raises(ValueError, match="'age'"):
+        trainer.run()
+
+
+def test_resume_is_bit_for_bit(tmp_path):
+    """Interrupt in the middle of epoch 3, resume from the epoch-2 checkpoint: same weights as a full run."""
+    full, full_net, _ = build()
+    full.run()
+
+    trainer, net, save_dict = build()
+    CheckpointSaver(str(tmp_path), save_dict, save_final=False, save_interval=1, epoch_level=True, n_saved=1).attach(
+        trainer
+    )
+    trainer.add_event_handler(Events.ITERATION_COMPLETED(once=5), lambda e: e.terminate())
+    trainer.run()
+    assert trainer.state.iteration == 5
+    ckpt = sorted(tmp_path.glob("*.pt"))[-1]
+
+    resumed, resumed_net, resumed_dict = build()
+    CheckpointLoader(str(ckpt), resumed_dict).attach(resumed)
+    resumed.run()
+    assert resumed.state.iteration == full.state.iteration == 6
+    for (k, a), b in zip(full_net.state_dict().items(), resumed_net.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
+def test_encoder_export_loads_into_basic_unet(tmp_path):
+    trainer, net, _ = build(meta_labels=(None,), combiner="sum", pixel=False)
+    EncoderExporter(net, tmp_path / "encoder.pt").attach(trainer)
+    trainer.run()
+    unet = BasicUNet(spatial_dims=2, out_channels=4, features=FEATURES)
+    CheckpointLoader(str(tmp_path / "encoder.pt"), {"model": unet}, strict=False)(trainer)
+    for k, v in net.encoder_state_dict().items():
+        assert torch.equal(unet.state_dict()[k], v), k

@@ -35,7 +35,8 @@ class GCLPretrainer(Trainer):
 
     ``engine.state.output`` holds ``"loss"`` (sum over meta labels), per meta label name ``"img/<name>"`` and
     ``"pix/<name>"``, ``"std/img"`` (the mean per-dimension standard deviation of the normalised image-wise
-    representations, near 0 when they collapse), plus whatever the combiner handler reports in ``engine.state.gradient_stats``.
+    representations, near 0 when they collapse), ``"lr"``, ``"pace"`` (GradFilter's keep fraction, with the pixel
+    branch and a GradFilter), plus whatever the combiner handler reports in ``engine.state.gradient_stats``.
 
     Args:
         device: device of the network.
@@ -172,4 +173,7 @@ class GCLPretrainer(Trainer):
         engine.optimizer.step()
         engine.fire_event(IterationEvents.MODEL_COMPLETED)
         output.update(getattr(engine.state, "gradient_stats", {}) or {})
+        output["lr"] = engine.optimizer.param_groups[0]["lr"]
+        if filtering:
+            output["pace"] = engine.grad_filter.keep_fraction
         return output

@@ -1,3 +1,6 @@
+from .checkpoints import latest_checkpoint
+from .collapse import CollapseDetector, RepresentationCollapse
+from .dice_summary import DiceSummary
 from .encoder_export import EncoderExporter
 from .epoch_seed import EpochSeedHandler
 from .grad_mitigator_handler import GradMitigatorHandler

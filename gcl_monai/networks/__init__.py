@@ -1,1 +1,1 @@
-from .gcl_net import ENCODER_PREFIXES, GCLNet, ProjectionHead
+from .gcl_net import ENCODER_PREFIXES, GCLNet, ProjectionHead, trainable_parameters

@@ -10,7 +10,7 @@ from monai.networks.layers.factories import Conv
 from monai.networks.nets.basic_unet import Down, TwoConv
 from monai.utils import ensure_tuple_rep
 
-__all__ = ["GCLNet", "ProjectionHead", "ENCODER_PREFIXES"]
+__all__ = ["GCLNet", "ProjectionHead", "ENCODER_PREFIXES", "trainable_parameters"]
 
 #: top-level module names shared with :py:class:`monai.networks.nets.BasicUNet`'s encoder.
 ENCODER_PREFIXES = ("conv_0.", "down_1.", "down_2.", "down_3.", "down_4.")
@@ -110,3 +110,18 @@ class GCLNet(nn.Module):
             "last_input": last_input,
             "last_conv": last_conv,
         }
+
+
+def trainable_parameters(network: nn.Module, freeze_encoder: bool = False) -> list[nn.Parameter]:
+    """
+    Parameters of a BasicUNet-style segmentation network to optimise. With ``freeze_encoder`` the encoder
+    (``conv_0``, ``down_1`` .. ``down_4``) is frozen (``requires_grad=False``) and only the decoder is returned:
+    the paper's "Full model (frozen)" ablation.
+    """
+    params = []
+    for name, param in network.named_parameters():
+        frozen = freeze_encoder and name.startswith(ENCODER_PREFIXES)
+        param.requires_grad_(not frozen)
+        if not frozen:
+            params.append(param)
+    return params

@@ -1,0 +1,30 @@
+"""MONAI transforms of gcl-monai: HDF5 reading, volume -> 2D slices with meta labels, contrastive views, presets."""
+
+from gcl_monai.transforms.h5_reader import H5Reader, split_h5_path
+from gcl_monai.transforms.presets import (
+    SelectChanneld,
+    eval_transforms,
+    finetune_transforms,
+    pretrain_transforms,
+    volume_eval_transforms,
+    volume_transforms,
+)
+from gcl_monai.transforms.slicing import SLICE_INDEX_KEY, SLICE_QUANTILE_KEY, VolumeToSlicesd, slice_quantiles
+from gcl_monai.transforms.views import ContrastiveViewsd, RandRelativeGaussianNoised
+
+__all__ = [
+    "H5Reader",
+    "split_h5_path",
+    "VolumeToSlicesd",
+    "slice_quantiles",
+    "SLICE_QUANTILE_KEY",
+    "SLICE_INDEX_KEY",
+    "ContrastiveViewsd",
+    "RandRelativeGaussianNoised",
+    "SelectChanneld",
+    "volume_transforms",
+    "volume_eval_transforms",
+    "pretrain_transforms",
+    "finetune_transforms",
+    "eval_transforms",
+]

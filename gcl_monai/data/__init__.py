@@ -1,0 +1,88 @@
+"""Dataset readers (MONAI datalists), patient-level splits and the synthetic cardiac phantom."""
+
+import importlib
+
+from gcl_monai.data.acdc import ACDC_GROUPS, ACDC_LABEL_NAMES, read_acdc, read_acdc_h5, read_acdc_official
+from gcl_monai.data.datalist import (
+    DERIVED_META_KEYS,
+    H5_KEY_SEPARATOR,
+    META_LABEL_NAMES,
+    DatalistError,
+    assign_patient_ids,
+    detect_layout,
+    encode_meta_labels,
+    h5_path,
+    load_datalist,
+    meta_num_classes,
+    num_slices,
+    read_json_datalist,
+    split_h5_path,
+    validate_meta_keys,
+)
+from gcl_monai.data.hvsmr import HVSMR_LABEL_NAMES, read_hvsmr
+from gcl_monai.data.mmwhs import MMWHS_LABEL_NAMES, MMWHS_LABEL_VALUES, read_mmwhs
+from gcl_monai.data.prostate import MSD_LABEL_NAMES, MSD_TO_MULTISITE_LABELS, MULTISITE_LABEL_NAMES, read_prostate
+from gcl_monai.data.splits import labeled_subset, load_split, save_split, split_patients
+
+# imported on first use: the phantom (so `python -m gcl_monai.data.phantom` runs it only once), and the
+# bundle glue and slice dataset (torch-heavy)
+_LAZY_EXPORTS = {
+    "generate_acdc_phantom": "phantom",
+    "synthesize_patient": "phantom",
+    "ensure_phantom": "experiment",
+    "load_or_create_split": "experiment",
+    "SliceDataset": "slice_dataset",
+    "SliceRecord": "slice_dataset",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY_EXPORTS:
+        return getattr(importlib.import_module(f"gcl_monai.data.{_LAZY_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_EXPORTS))
+
+
+__all__ = [
+    "ACDC_GROUPS",
+    "ACDC_LABEL_NAMES",
+    "DERIVED_META_KEYS",
+    "H5_KEY_SEPARATOR",
+    "HVSMR_LABEL_NAMES",
+    "META_LABEL_NAMES",
+    "MMWHS_LABEL_NAMES",
+    "MMWHS_LABEL_VALUES",
+    "MSD_LABEL_NAMES",
+    "MSD_TO_MULTISITE_LABELS",
+    "MULTISITE_LABEL_NAMES",
+    "DatalistError",
+    "SliceDataset",
+    "SliceRecord",
+    "assign_patient_ids",
+    "detect_layout",
+    "encode_meta_labels",
+    "ensure_phantom",
+    "generate_acdc_phantom",
+    "h5_path",
+    "labeled_subset",
+    "load_datalist",
+    "load_or_create_split",
+    "load_split",
+    "meta_num_classes",
+    "num_slices",
+    "read_acdc",
+    "read_acdc_h5",
+    "read_acdc_official",
+    "read_hvsmr",
+    "read_json_datalist",
+    "read_mmwhs",
+    "read_prostate",
+    "save_split",
+    "split_h5_path",
+    "split_patients",
+    "synthesize_patient",
+    "validate_meta_keys",
+]

@@ -1,0 +1,115 @@
+"""Patient-level splits, labelled subsets and split files."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from gcl_monai.data import labeled_subset, load_split, save_split, split_patients
+from gcl_monai.data.acdc import ACDC_GROUPS
+
+
+def acdc_like(num_per_group: int = 8) -> list[dict]:
+    """Two volumes (ED, ES) per patient, patients in blocks of groups like ACDC."""
+    datalist = []
+    for g, group in enumerate(ACDC_GROUPS):
+        for i in range(num_per_group):
+            patient = f"patient{g * 20 + i + 1:03d}"
+            for state in (0, 1):
+                datalist.append({"image": f"{patient}_{state}.h5#image", "patient": patient, "organ_state": state,
+                                 "group": group})
+    return datalist
+
+
+def patients(items: list[dict]) -> set[str]:
+    return {d["patient"] for d in items}
+
+
+def test_split_by_patient_with_remainder_to_train():
+    datalist = acdc_like()
+    split = split_patients(datalist, num_pretrain=20, num_val=5, num_test=10, seed=3)
+    assert set(split) == {"pretrain", "train", "val", "test"}
+    sizes = {name: len(patients(items)) for name, items in split.items()}
+    assert sizes == {"pretrain": 20, "train": 5, "val": 5, "test": 10}
+    names = list(split)
+    for a in names:
+        for b in names:
+            assert a == b or not patients(split[a]) & patients(split[b])
+    assert sum(len(items) for items in split.values()) == len(datalist)
+    for items in split.values():  # both frames of a patient always go together
+        assert set(Counter(d["patient"] for d in items).values()) <= {2}
+
+
+def test_split_stratified_by_group():
+    split = split_patients(acdc_like(), num_pretrain=20, num_val=5, num_test=10, seed=0)
+    for name, expected in (("pretrain", 4), ("val", 1), ("test", 2), ("train", 1)):
+        counts = Counter(d["group"] for d in split[name] if d["organ_state"] == 0)
+        assert counts == {g: expected for g in ACDC_GROUPS}, name
+
+
+def test_split_reproducible_and_order_independent():
+    datalist = acdc_like()
+    a = split_patients(datalist, 0.5, 0.125, 0.25, seed=1)
+    b = split_patients(list(reversed(datalist)), 0.5, 0.125, 0.25, seed=1)
+    c = split_patients(datalist, 0.5, 0.125, 0.25, seed=2)
+    assert all(patients(a[n]) == patients(b[n]) for n in a)
+    assert any(patients(a[n]) != patients(c[n]) for n in a)
+    assert len(patients(a["pretrain"])) == 20 and len(patients(a["val"])) == 5
+
+
+def test_split_without_stratum():
+    datalist = [{"image": f"case{i}.nii.gz", "patient": f"Case{i:02d}"} for i in range(31)]
+    split = split_patients(datalist, 15, 3, 6, seed=0)
+    assert [len(split[n]) for n in ("pretrain", "train", "val", "test")] == [15, 7, 3, 6]
+    unstratified = split_patients(acdc_like(), 20, 5, 10, seed=0, stratify_key=None)
+    assert len(patients(unstratified["test"])) == 10
+
+
+def test_split_errors():
+    datalist = acdc_like(2)  # 10 patients
+    with pytest.raises(ValueError, match="exceed the 10 patients"):
+        split_patients(datalist, 6, 3, 2)
+    with pytest.raises(ValueError, match="fraction"):
+        split_patients(datalist, 1.5, 0, 0)
+    with pytest.raises(ValueError, match=">= 0"):
+        split_patients(datalist, -1, 0, 0)
+    datalist[1]["group"] = "NOR"
+    with pytest.raises(ValueError, match="several 'group' values"):
+        split_patients(datalist, 2, 2, 2)
+
+
+def test_labeled_subset_counts_patients():
+    train = acdc_like(4)  # 20 patients
+    subset = labeled_subset(train, num_labeled=2, draw=0, seed=0)
+    assert len(patients(subset)) == 2 and len(subset) == 4  # both frames of each labelled patient
+    assert patients(subset) == patients(labeled_subset(list(reversed(train)), 2, 0, 0))  # order-independent
+
+
+def test_labeled_subset_draws():
+    train = acdc_like(2)  # 10 patients
+    draws = [frozenset(patients(labeled_subset(train, 2, d, seed=7))) for d in range(12)]
+    assert draws == [frozenset(patients(labeled_subset(train, 2, d, seed=7))) for d in range(12)]
+    assert len(set(draws)) == 12  # distinct while possible
+    assert frozenset().union(*draws[:5]) == patients(train)  # the first P // L draws are disjoint
+    assert draws[0] != frozenset(patients(labeled_subset(train, 2, 0, seed=8)))
+    singles = {frozenset(patients(labeled_subset(train, 1, d))) for d in range(10)}
+    assert len(singles) == 10
+    with pytest.raises(ValueError, match="num_labeled"):
+        labeled_subset(train, 11, 0)
+    with pytest.raises(ValueError, match="draw"):
+        labeled_subset(train, 1, -1)
+
+
+def test_save_load_split(tmp_path: Path):
+    split = split_patients(acdc_like(2), 4, 2, 2, seed=0)
+    split["labeled_L1_draw0"] = labeled_subset(split["train"], 1, 0)
+    path = save_split(split, tmp_path / "splits" / "acdc.json")
+    assert load_split(path) == split
+    (tmp_path / "bad.json").write_text(json.dumps({"train": ["not a dict"]}))
+    with pytest.raises(ValueError, match="bad.json"):
+        load_split(tmp_path / "bad.json")
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        load_split(tmp_path / "missing.json")

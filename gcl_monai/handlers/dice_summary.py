@@ -54,10 +54,11 @@ class DiceSummary:
         engine.add_event_handler(Events.EPOCH_COMPLETED, self)
 
     def _record_files(self, engine: Engine) -> None:
-        image = engine.state.batch["image"]
-        meta = getattr(image, "meta", {})
-        names = meta.get(self.filename_key, ["?"] * len(image))
-        self._files.extend(str(n) for n in (names if isinstance(names, (list, tuple)) else [names]))
+        batch = engine.state.batch  # a list of dicts once decollated, else a collated dict
+        items = batch if isinstance(batch, list) else [batch]
+        for item in items:
+            names = getattr(item["image"], "meta", {}).get(self.filename_key, "?")
+            self._files.extend(str(n) for n in (names if isinstance(names, (list, tuple)) else [names]))
 
     def __call__(self, engine: Engine) -> None:
         details = torch.as_tensor(engine.state.metric_details[self.metric_name]).float()  # (volumes, classes)

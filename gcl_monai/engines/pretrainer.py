@@ -22,7 +22,7 @@ SIMCLR_TASK = "simclr"
 
 class GCLPretrainer(Trainer):
     """
-    Contrastive pre-training with multi-perspective meta labels (Zhang et al., ACM MM 2023, Sec. 3.4).
+    Contrastive pre-training with multi-perspective meta labels (Wu et al., ACM MM 2023, Sec. 3.4).
 
     Each iteration concatenates the two views of the batch (``view_keys``), runs the network once, and computes
     for each meta label m the loss :math:`L^m = L^m_{img} + w_{pix} L^m_{pix}` (Eq. 1 and 5; a ``None`` meta

@@ -40,7 +40,7 @@ def positive_mask(num_images: int, labels: torch.Tensor | None, device: torch.de
 
 class MetaContrastiveLoss(_Loss):
     """
-    Contrastive loss in which images that share a meta label are positives (Zhang et al., ACM MM 2023, Eq. 1):
+    Contrastive loss in which images that share a meta label are positives (Wu et al., ACM MM 2023, Eq. 1):
 
     .. math::
         \\mathcal{L}^{m}_{img} = \\frac{1}{2N} \\sum_{i=1}^{2N} \\frac{-1}{|P^m_i|} \\sum_{j \\in P^m_i}

@@ -16,7 +16,7 @@ __all__ = ["PixelContrastiveLoss"]
 
 class PixelContrastiveLoss(_Loss):
     """
-    Pixel-wise contrastive loss of GCL (Zhang et al., ACM MM 2023, Eq. 5-6).
+    Pixel-wise contrastive loss of GCL (Wu et al., ACM MM 2023, Eq. 5-6).
 
     For each anchor image i and each of its positive images j under one meta label (the images with the same
     label, including i's own other view; see :py:func:`positive_mask`), every anchor pixel :math:`u` of i gets

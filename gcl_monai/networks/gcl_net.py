@@ -35,7 +35,7 @@ class ProjectionHead(nn.Sequential):
 
 class GCLNet(nn.Module):
     """
-    Encoder of a U-Net plus the two projection heads of GCL (Zhang et al., ACM MM 2023, Fig. 2).
+    Encoder of a U-Net plus the two projection heads of GCL (Wu et al., ACM MM 2023, Fig. 2).
 
     The encoder modules (``conv_0``, ``down_1`` .. ``down_4``) are built exactly as in
     :py:class:`monai.networks.nets.BasicUNet`, so the encoder's ``state_dict`` entries load unchanged into a

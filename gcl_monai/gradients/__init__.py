@@ -1,0 +1,7 @@
+"""Combiners of the per-meta-label gradients: GradMitigator (Algorithm 1 of GCL) and the plain average."""
+
+from gcl_monai.gradients.combiner import GradientCombiner
+from gcl_monai.gradients.grad_mitigator import GradMitigator
+from gcl_monai.gradients.sum_combiner import SumCombiner
+
+__all__ = ["GradientCombiner", "GradMitigator", "SumCombiner"]

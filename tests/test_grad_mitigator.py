@@ -1,0 +1,306 @@
+"""Tests of GradMitigator (Algorithm 1 of the GCL paper) and SumCombiner."""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+
+import pytest
+import torch
+
+from gcl_monai.gradients import GradMitigator, SumCombiner
+
+SHAPES = [(4, 3, 3), (4,), (2, 4, 2), (5,), (3, 1)]
+
+
+def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(a.flatten() @ b.flatten() / (a.norm() * b.norm()))
+
+
+def _random_grads(num_tasks: int, shapes, generator: torch.Generator, dtype=torch.float32):
+    return [[torch.randn(s, generator=generator, dtype=dtype) for s in shapes] for _ in range(num_tasks)]
+
+
+def reference_step(grads, targets, beta, granularity, eps=1e-12):
+    """
+    Literal Algorithm 1, one Python loop iteration per (parameter, i, j), in float64.
+
+    ``targets[i][j][p]`` (python floats) is updated in place; returns the combined gradients.
+    """
+    num_tasks = len(grads)
+    if granularity == "global":
+        vectors = [[torch.cat([g.double().flatten() for g in task])] for task in grads]
+    else:
+        vectors = [[g.double().flatten() for g in task] for task in grads]
+    combined = []
+    for p in range(len(vectors[0])):
+        total = torch.zeros_like(vectors[0][p])
+        for i in range(num_tasks):
+            g_i = vectors[i][p].clone()
+            for j in range(num_tasks):
+                if j == i:
+                    continue
+                g_j = vectors[j][p]
+                n_i, n_j = float(g_i.norm()), float(g_j.norm())
+                if n_i <= eps or n_j <= eps:
+                    continue
+                w = min(max(float(g_i @ g_j) / (n_i * n_j), -1.0), 1.0)
+                targets[i][j][p] = (1 - beta) * targets[i][j][p] + beta * w
+                t = min(max(targets[i][j][p], -1 + 1e-6), 1 - 1e-6)
+                if w < t:
+                    mu = n_i * (t * math.sqrt(1 - w * w) - w * math.sqrt(1 - t * t)) / (n_j * math.sqrt(1 - t * t))
+                    g_i = g_i + mu * g_j
+            total += g_i
+        combined.append(total / num_tasks)
+    if granularity == "global":
+        return list(torch.split(combined[0], [g.numel() for g in grads[0]]))
+    return combined
+
+
+def test_hand_computed_2d_case():
+    # M = 2, g_1 = [1, 0], g_2 = [-1, 1], beta = 0.5, targets start at 0.
+    g1, g2 = torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 1.0])
+    mitigator = GradMitigator(num_tasks=2, beta=0.5)
+    (out,) = mitigator.combine([[g1], [g2]])
+
+    # i = 1, j = 2: w = (1 * -1 + 0 * 1) / (|g_1| |g_2|) = -1 / (1 * sqrt(2)) = -1/sqrt(2) ~ -0.70711
+    w = -1 / math.sqrt(2)
+    # t_12 = (1 - 0.5) * 0 + 0.5 * w = -1 / (2 sqrt(2)) ~ -0.35355; w < t_12 -> correction
+    t = -1 / (2 * math.sqrt(2))
+    # sqrt(1 - w^2) = 1/sqrt(2); sqrt(1 - t^2) = sqrt(1 - 1/8) = sqrt(7/8) = sqrt(7) / (2 sqrt(2))
+    # numerator: t sqrt(1 - w^2) - w sqrt(1 - t^2) = -1/4 + sqrt(7)/4 = (sqrt(7) - 1) / 4 ~ 0.41144
+    # mu_1 = |g_1| (sqrt(7) - 1)/4 / (|g_2| sqrt(7/8)) = ((sqrt(7) - 1)/4) / (sqrt(7)/2) = (sqrt(7) - 1) / (2 sqrt(7))
+    mu1 = (math.sqrt(7) - 1) / (2 * math.sqrt(7))  # ~ 0.31102
+    g1_prime = torch.tensor([1 - mu1, mu1], dtype=torch.float64)  # ~ [0.68898, 0.31102]
+    # i = 2, j = 1: g'_2 starts at the ORIGINAL g_2, cosine with the ORIGINAL g_1 is again w = -1/sqrt(2),
+    # t_21 = 0.5 * 0 + 0.5 * w = t; correction with |g'_2| = sqrt(2), |g_1| = 1:
+    # mu_2 = sqrt(2) ((sqrt(7) - 1)/4) / (1 * sqrt(7)/(2 sqrt(2))) = (sqrt(7) - 1) / sqrt(7) ~ 0.62204
+    mu2 = (math.sqrt(7) - 1) / math.sqrt(7)
+    g2_prime = torch.tensor([-1 + mu2, 1.0], dtype=torch.float64)  # = [-1/sqrt(7), 1] ~ [-0.37796, 1]
+    # mean: ([1/2 + 1/(2 sqrt 7), 1/2 - 1/(2 sqrt 7)] + [-1/sqrt 7, 1]) / 2 = [1/4 - 1/(4 sqrt 7), 3/4 - 1/(4 sqrt 7)]
+    expected = torch.tensor([0.25 - 1 / (4 * math.sqrt(7)), 0.75 - 1 / (4 * math.sqrt(7))])  # ~ [0.15551, 0.65551]
+    assert torch.allclose((g1_prime + g2_prime) / 2, expected.double(), atol=1e-12)
+    assert torch.allclose(out, expected, atol=1e-6)
+
+    assert torch.allclose(mitigator.targets[:, :, 0], torch.tensor([[0.0, t], [t, 0.0]]), atol=1e-6)
+    assert torch.allclose(mitigator.last_cosine[0, 1], torch.tensor(w), atol=1e-6)
+    assert mitigator.last_cosine[0, 0].isnan().all()
+    assert mitigator.summary() == pytest.approx({"cos_0_1": w, "cos_1_0": w, "target_0_1": t, "target_1_0": t})
+    assert mitigator.step == 1
+    # Law of Sines: right after a correction the cosine equals the target.
+    assert _cos(g1_prime, g2.double()) == pytest.approx(t, abs=1e-12)
+    assert _cos(g2_prime, g1.double()) == pytest.approx(t, abs=1e-12)
+
+
+def test_corrected_cosine_matches_target():
+    # asymmetric loaded targets: only g'_1 is corrected, so g'_1 = 2 * out - g_2 can be read from the output.
+    g1, g2 = torch.tensor([1.0, 0.0, 0.5]), torch.tensor([-1.0, 1.0, 0.2])
+    mitigator = GradMitigator(num_tasks=2, beta=0.5)
+    targets = torch.tensor([[[0.0], [0.9]], [[-0.99], [0.0]]])
+    mitigator.load_state_dict({"num_tasks": 2, "granularity": "parameter", "step": 0, "targets": targets})
+    (out,) = mitigator.combine([[g1], [g2]])
+    t = mitigator.targets
+    w = _cos(g1, g2)
+    assert float(t[0, 1]) == pytest.approx(0.5 * 0.9 + 0.5 * w) and float(t[0, 1]) > w  # corrected
+    assert float(t[1, 0]) == pytest.approx(0.5 * -0.99 + 0.5 * w) and float(t[1, 0]) < w  # not corrected
+    g1_prime = 2 * out - g2
+    assert _cos(g1_prime, g2) == pytest.approx(float(t[0, 1]), abs=1e-5)
+
+
+@pytest.mark.parametrize("granularity", ["parameter", "global"])
+def test_matches_reference_loop(granularity):
+    gen = torch.Generator().manual_seed(0)
+    num_tasks, beta = 3, 0.3
+    mitigator = GradMitigator(num_tasks=num_tasks, beta=beta, granularity=granularity)
+    num_segments = 1 if granularity == "global" else len(SHAPES)
+    ref_targets = [[[0.0] * num_segments for _ in range(num_tasks)] for _ in range(num_tasks)]
+    for _ in range(4):
+        grads = _random_grads(num_tasks, SHAPES, gen)
+        grads[1] = [g + 0.5 * h for g, h in zip(grads[1], grads[0])]  # some agreement
+        grads[2] = [g - 0.8 * h for g, h in zip(grads[2], grads[0])]  # some conflict
+        out = mitigator.combine(grads)
+        expected = reference_step(grads, ref_targets, beta, granularity)
+        for o, e, s in zip(out, expected, SHAPES):
+            assert o.shape == s and o.dtype == torch.float32
+            assert torch.allclose(o.double(), e.view(s), atol=1e-5, rtol=1e-5)
+        assert torch.allclose(mitigator.targets.double(), torch.tensor(ref_targets, dtype=torch.float64), atol=1e-5)
+    assert mitigator.targets.shape == (num_tasks, num_tasks, num_segments)
+
+
+def test_global_equals_parameter_for_single_tensor():
+    gen = torch.Generator().manual_seed(1)
+    per_param, whole = GradMitigator(3, beta=0.2), GradMitigator(3, beta=0.2, granularity="global")
+    for _ in range(3):
+        grads = _random_grads(3, [(6, 5)], gen)
+        assert torch.equal(per_param.combine(grads)[0], whole.combine(grads)[0])
+    assert torch.equal(per_param.targets, whole.targets)
+
+
+def test_zero_gradient():
+    gen = torch.Generator().manual_seed(2)
+    grads = _random_grads(2, SHAPES, gen)
+    grads[1][0] = torch.zeros(SHAPES[0])
+    mitigator = GradMitigator(2, beta=0.5)
+    out = mitigator.combine(grads)
+    assert all(o.isfinite().all() for o in out)
+    # undefined cosine for parameter 0: no target update, no correction, NaN cosine
+    assert torch.equal(mitigator.targets[:, :, 0], torch.zeros(2, 2))
+    assert mitigator.last_cosine[:, :, 0].isnan().all()
+    assert torch.equal(out[0], grads[0][0] / 2)
+    assert mitigator.last_cosine[0, 1, 1:].isfinite().all()
+    # all-zero gradients: output zero, summary cosine NaN (undefined everywhere), targets unchanged
+    zero = GradMitigator(2)
+    out = zero.combine([[torch.zeros(3)], [torch.zeros(3)]])
+    assert torch.equal(out[0], torch.zeros(3))
+    assert math.isnan(zero.summary()["cos_0_1"]) and zero.summary()["target_0_1"] == 0.0
+
+
+@pytest.mark.parametrize("granularity", ["parameter", "global"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_gradient(granularity, bad):
+    gen = torch.Generator().manual_seed(3)
+    grads = _random_grads(3, SHAPES, gen)
+    clean = [[g.clone() for g in task] for task in grads]
+    grads[1][2][0, 1, 0] = bad
+    clean[1][2] = torch.zeros(SHAPES[2])
+    mitigator, ref = GradMitigator(3, granularity=granularity), GradMitigator(3, granularity=granularity)
+    with pytest.warns(RuntimeWarning, match=r"task 1 has non-finite entries in parameter\(s\) \[2\]"):
+        out = mitigator.combine(grads)
+    assert all(o.isfinite().all() for o in out)
+    for o, e in zip(out, ref.combine(clean)):
+        assert torch.allclose(o, e, atol=1e-6)
+    assert mitigator.targets.isfinite().all()
+
+
+def test_targets_near_plus_minus_one_and_opposite_gradients():
+    for value in (1.0, -1.0, 1 - 1e-9, -1 + 1e-9):
+        mitigator = GradMitigator(2, beta=0.01)
+        targets = torch.full((2, 2, 2), value)
+        mitigator.load_state_dict({"num_tasks": 2, "granularity": "parameter", "step": 7, "targets": targets})
+        grads = [
+            [torch.tensor([1.0, 0.0]), torch.tensor([1.0, 2.0])],
+            [torch.tensor([-1.0, 1.0]), torch.tensor([1.0, 2.0])],
+        ]
+        out = mitigator.combine(grads)
+        assert all(o.isfinite().all() for o in out) and mitigator.targets.isfinite().all()
+        assert mitigator.step == 8
+    # exactly opposite gradients (w = -1): the correction cancels each g'_i, output zero (finite)
+    (out,) = GradMitigator(2).combine([[torch.tensor([1.0, 2.0])], [torch.tensor([-2.0, -4.0])]])
+    assert torch.allclose(out, torch.zeros(2), atol=1e-5)
+    # finite entries whose squared norm overflows: cosine undefined, gradients averaged unchanged
+    huge = [[torch.tensor([3e38, 1.0])], [torch.tensor([-3e38, 1.0])]]
+    mitigator = GradMitigator(2)
+    (out,) = mitigator.combine(huge)
+    assert torch.equal(out, torch.tensor([0.0, 1.0])) and torch.equal(mitigator.targets, torch.zeros(2, 2, 1))
+
+
+def test_dtype_and_shapes_preserved():
+    gen = torch.Generator().manual_seed(4)
+    grads = _random_grads(2, SHAPES, gen, dtype=torch.float16)
+    mitigator = GradMitigator(2)
+    out = mitigator.combine(grads)
+    assert [o.shape for o in out] == [torch.Size(s) for s in SHAPES]
+    assert all(o.dtype == torch.float16 for o in out)
+    assert mitigator.targets.dtype == torch.float32
+    grads64 = _random_grads(2, SHAPES, gen, dtype=torch.float64)
+    assert all(o.dtype == torch.float64 for o in GradMitigator(2).combine(grads64))
+    # a single task is passed through; an empty parameter tensor is allowed
+    single = _random_grads(1, SHAPES, gen)
+    assert all(torch.equal(o, g) for o, g in zip(GradMitigator(1).combine(single), single[0]))
+    with_empty = [[torch.randn(3, generator=gen), torch.zeros(0)] for _ in range(2)]
+    out = GradMitigator(2).combine(with_empty)
+    assert out[1].shape == (0,) and out[0].isfinite().all()
+
+
+def test_state_dict_round_trip():
+    gen = torch.Generator().manual_seed(5)
+    steps = [_random_grads(3, SHAPES, gen) for _ in range(5)]
+    full = GradMitigator(3, beta=0.2)
+    for grads in steps:
+        full_out = full.combine(grads)
+    partial = GradMitigator(3, beta=0.2)
+    for grads in steps[:3]:
+        partial.combine(grads)
+    buffer = io.BytesIO()
+    torch.save(partial.state_dict(), buffer)
+    buffer.seek(0)
+    resumed = GradMitigator(3, beta=0.2)
+    resumed.load_state_dict(torch.load(buffer, weights_only=True))
+    assert resumed.step == 3
+    assert resumed.summary().keys() == {f"target_{i}_{j}" for i in range(3) for j in range(3) if i != j}
+    for grads in steps[3:]:
+        resumed_out = resumed.combine(grads)
+    assert resumed.step == full.step == 5
+    assert torch.equal(resumed.targets, full.targets)
+    assert all(torch.equal(a, b) for a, b in zip(resumed_out, full_out))
+    # a state saved before the first combine
+    fresh = GradMitigator(3)
+    fresh.load_state_dict(GradMitigator(3).state_dict())
+    assert fresh.targets is None and fresh.step == 0 and fresh.summary() == {}
+
+
+def test_state_dict_mismatch_errors():
+    state = GradMitigator(2).state_dict()
+    with pytest.raises(ValueError, match="num_tasks=2"):
+        GradMitigator(3).load_state_dict(state)
+    with pytest.raises(ValueError, match="granularity='parameter'"):
+        GradMitigator(2, granularity="global").load_state_dict(state)
+    with pytest.raises(KeyError):
+        GradMitigator(2).load_state_dict({"num_tasks": 2})
+    with pytest.raises(ValueError, match="shape"):
+        GradMitigator(2).load_state_dict({**state, "targets": torch.zeros(3, 3, 4)})
+    with pytest.raises(ValueError, match="shape"):
+        GradMitigator(2, granularity="global").load_state_dict(
+            {**state, "granularity": "global", "targets": torch.zeros(2, 2, 4)}
+        )
+    with pytest.raises(ValueError, match="finite"):
+        GradMitigator(2).load_state_dict({**state, "targets": torch.full((2, 2, 1), float("nan"))})
+    # number of parameters validated at the next combine, naming both counts
+    loaded = GradMitigator(2)
+    loaded.load_state_dict({**state, "targets": torch.zeros(2, 2, 4)})
+    with pytest.raises(ValueError, match=r"for 4 parameter\(s\).*received 5"):
+        loaded.combine(_random_grads(2, SHAPES, torch.Generator().manual_seed(6)))
+    # a parameter list that changes between calls
+    mitigator = GradMitigator(2)
+    mitigator.combine(_random_grads(2, SHAPES, torch.Generator().manual_seed(7)))
+    with pytest.raises(ValueError, match=r"for 5 parameter\(s\).*received 2"):
+        mitigator.combine(_random_grads(2, SHAPES[:2], torch.Generator().manual_seed(8)))
+
+
+def test_invalid_arguments_and_inputs():
+    with pytest.raises(ValueError):
+        GradMitigator(0)
+    with pytest.raises(ValueError):
+        GradMitigator(2, beta=1.5)
+    with pytest.raises(ValueError):
+        GradMitigator(2, granularity="layer")
+    with pytest.raises(ValueError):
+        GradMitigator(2, eps=-1.0)
+    mitigator = GradMitigator(2)
+    with pytest.raises(ValueError, match="2 task"):
+        mitigator.combine([[torch.ones(2)]])
+    with pytest.raises(ValueError, match="task 1, parameter 0 has shape"):
+        mitigator.combine([[torch.ones(2)], [torch.ones(3)]])
+    with pytest.raises(TypeError):
+        mitigator.combine([[torch.ones(2)], [None]])
+
+
+def test_sum_combiner_returns_mean():
+    gen = torch.Generator().manual_seed(9)
+    grads = _random_grads(3, SHAPES, gen)
+    combiner = SumCombiner(3)
+    out = combiner.combine(grads)
+    for p, o in enumerate(out):
+        assert o.shape == SHAPES[p]
+        assert torch.allclose(o, (grads[0][p] + grads[1][p] + grads[2][p]) / 3, atol=1e-6)
+    assert combiner.summary() == {}
+    state = combiner.state_dict()
+    SumCombiner(3).load_state_dict(state)
+    with pytest.raises(ValueError, match="num_tasks=3"):
+        SumCombiner(2).load_state_dict(state)
+    # same scale as GradMitigator: identical when no pair conflicts (targets 0, positive cosines)
+    aligned = [[torch.tensor([1.0, 0.2])], [torch.tensor([1.0, 0.4])]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.allclose(GradMitigator(2).combine(aligned)[0], SumCombiner(2).combine(aligned)[0])

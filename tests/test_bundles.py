@@ -1,0 +1,202 @@
+"""Bundles: structure, consistency across datasets, and end-to-end runs of gcl_demo on tiny synthetic data."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import torch
+from monai.bundle import ConfigWorkflow
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs"]
+DEMO = REPO / "bundles" / "gcl_demo" / "configs"
+# keys whose values legitimately differ between the datasets' bundles
+DATASET_KEYS = {
+    "bundle_root", "dataset", "dataset_dir", "num_patients", "data_seed", "num_pretrain", "num_val", "num_test",
+    "meta_labels", "volume_meta_keys", "image_size", "features", "num_classes", "class_names", "label_map",
+    "stratify_key",
+}
+TINY = {
+    "num_patients": 6,
+    "num_pretrain": 2,
+    "num_val": 1,
+    "num_test": 1,
+    "image_size": [32, 32],
+    "features": [4, 4, 8, 8, 16, 4],
+    "batch_size": 4,
+    "epochs": 1,
+}
+TINY_FT = {**TINY, "iterations_per_epoch": 3, "init": "gcl"}
+
+
+def _run(config, run_id, bundle_root, **override):
+    wf = ConfigWorkflow(
+        config_file=str(DEMO / config), workflow_type=None, bundle_root=str(bundle_root), run_id=run_id, **override
+    )
+    wf.initialize()
+    wf.run()
+    wf.finalize()
+    return wf
+
+
+@pytest.mark.parametrize("bundle", BUNDLES)
+def test_bundle_layout_and_metadata(bundle):
+    configs = REPO / "bundles" / bundle / "configs"
+    for name in ["metadata.json", "pretrain.json", "train.json", "evaluate.json", "inference.json", "logging.conf"]:
+        assert (configs / name).is_file(), name
+    assert (REPO / "bundles" / bundle / "LICENSE").is_file()
+    assert (REPO / "bundles" / bundle / "docs" / "README.md").is_file()
+    meta = json.loads((configs / "metadata.json").read_text())
+    for key in ["version", "monai_version", "pytorch_version", "numpy_version", "required_packages_version", "task",
+                "description", "authors", "copyright", "network_data_format"]:
+        assert key in meta, key
+    fmt = meta["network_data_format"]
+    assert list(fmt["inputs"])[0] == "image" and list(fmt["outputs"])[0] == "pred"
+    assert fmt["inputs"]["image"]["spatial_shape"][-1] == "*"
+    inference = json.loads((configs / "inference.json").read_text())
+    assert fmt["outputs"]["pred"]["num_channels"] == inference["num_classes"]
+    for key in ["network_def", "preprocessing", "inferer", "postprocessing", "device", "bundle_root"]:
+        assert key in inference, key
+    assert "gcl_monai" not in json.dumps(inference), "inference.json must need MONAI only"
+
+
+@pytest.mark.parametrize("config", ["pretrain.json", "train.json", "evaluate.json", "inference.json"])
+@pytest.mark.parametrize("bundle", BUNDLES[1:])
+def test_bundles_share_everything_but_dataset_values(bundle, config):
+    """The four bundles are the same workflow: only dataset-specific values may differ."""
+    demo = json.loads((DEMO / config).read_text())
+    other = json.loads((REPO / "bundles" / bundle / "configs" / config).read_text())
+    for key in set(demo) | set(other):
+        if key in DATASET_KEYS or key in ("num_patients", "data_seed"):
+            continue
+        assert demo.get(key) == other.get(key), f"{bundle}/{config}: '{key}' differs from gcl_demo"
+
+
+@pytest.fixture(scope="module")
+def demo_root(tmp_path_factory):
+    """Pre-train (GCL), fine-tune (L=1) and evaluate once on a tiny phantom."""
+    root = tmp_path_factory.mktemp("gcl_demo")
+    _run("pretrain.json", "pretrain", root, **TINY)
+    _run("train.json", "run", root, **TINY_FT)
+    _run("evaluate.json", "run", root, **TINY_FT)
+    return root
+
+
+def test_pretrain_finetune_evaluate(demo_root):
+    work = demo_root / "work"
+    encoder = torch.load(work / "pretrain" / "gcl" / "encoder.pt", weights_only=True)
+    assert encoder and all(k.startswith(("conv_0.", "down_")) for k in encoder)
+    assert list((work / "pretrain" / "gcl").glob("checkpoint*epoch=1.pt"))
+    summary = json.loads((work / "finetune" / "gcl_L1_d0_s0" / "eval" / "dice.json").read_text())
+    assert 0.0 <= summary["dice"] <= 1.0 and summary["num_volumes"] == 2  # one test patient, ED + ES
+    assert set(summary["dice_per_class"]) == {"rv", "myocardium", "lv"}
+    assert (demo_root / "models" / "model.pt").is_file()
+
+
+def test_finetune_starts_from_the_pretrained_encoder(demo_root):
+    wf = ConfigWorkflow(config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(demo_root),
+                        run_id="run", **TINY_FT)
+    wf.initialize()
+    encoder = torch.load(demo_root / "work" / "pretrain" / "gcl" / "encoder.pt", weights_only=True)
+    loader = next(h for h in wf.parser.get_parsed_content("train#handlers") if type(h).__name__ == "CheckpointLoader")
+    net = wf.parser.get_parsed_content("network")
+    loader(wf.parser.get_parsed_content("train#trainer"))
+    for k, v in encoder.items():
+        assert torch.equal(net.state_dict()[k], v), k
+
+
+def test_inference_writes_label_maps_with_the_input_geometry(demo_root, tmp_path):
+    image = demo_root / "work" / "phantom" / "training" / "patient001" / "patient001_frame01.nii.gz"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "case.nii.gz").symlink_to(image)
+    _run("inference.json", "run", demo_root, dataset_dir=str(tmp_path / "in"), output_dir=str(tmp_path / "out"),
+         image_size=[32, 32], features=TINY["features"])
+    out = nib.load(str(next((tmp_path / "out").glob("*seg.nii.gz"))))
+    ref = nib.load(str(image))
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out.affine, ref.affine, atol=1e-4)
+    assert set(np.unique(np.asarray(out.dataobj))) <= {0, 1, 2, 3}
+
+
+def test_ckpt_export_torchscript(demo_root, tmp_path):
+    cmd = [sys.executable, "-m", "monai.bundle", "ckpt_export", "network_def", "--filepath", str(tmp_path / "model.ts"),
+           "--ckpt_file", str(demo_root / "models" / "model.pt"), "--meta_file", str(DEMO / "metadata.json"),
+           "--config_file", str(DEMO / "inference.json"), "--bundle_root", str(demo_root), "--features",
+           json.dumps(TINY["features"])]
+    subprocess.run(cmd, check=True, cwd=REPO, capture_output=True)
+    ts = torch.jit.load(str(tmp_path / "model.ts"))
+    assert ts(torch.rand(1, 1, 32, 32)).shape == (1, 4, 32, 32)
+
+
+ABLATIONS = {
+    "simclr": {"meta_labels": [None], "pixel_branch": False, "mitigate": False},
+    "meta_quantile": {"meta_labels": ["slice_quantile"], "pixel_branch": False},
+    "multi_meta": {"pixel_branch": False, "mitigate": False},
+    "multi_meta_mitigator": {"pixel_branch": False, "mitigate": True},
+    "pixcl": {"meta_labels": [None], "grad_filter_enabled": False},
+    "pixcl_gradfilter": {"meta_labels": [None]},
+}
+
+
+@pytest.mark.parametrize("method", sorted(ABLATIONS))
+def test_ablation_switches_build_and_run(method, demo_root):
+    wf = _run("pretrain.json", "pretrain", demo_root, method=method, **{**TINY, **ABLATIONS[method]})
+    trainer = wf.parser.get_parsed_content("train#trainer")
+    out = trainer.state.output
+    pixel = ABLATIONS[method].get("pixel_branch", True)
+    assert any(k.startswith("pix/") for k in out) == pixel
+    assert ("pace" in out) == (pixel and ABLATIONS[method].get("grad_filter_enabled", True))
+    combiner = wf.parser.get_parsed_content("train#combiner")
+    mitigate = ABLATIONS[method].get("mitigate", True)
+    assert type(combiner).__name__ == ("GradMitigator" if mitigate else "SumCombiner")
+    assert (demo_root / "work" / "pretrain" / method / "encoder.pt").is_file()
+
+
+def _pretrain_cmd(root, epochs):
+    overrides = {**TINY, "epochs": epochs, "num_patients": 8, "num_pretrain": 4}
+    args = [sys.executable, "-m", "monai.bundle", "run", "pretrain", "--config_file", str(DEMO / "pretrain.json"),
+            "--bundle_root", str(root)]
+    for k, v in overrides.items():
+        args += [f"--{k}", json.dumps(v)]
+    return args
+
+
+def test_killed_pretraining_resumes_bit_for_bit(tmp_path):
+    """Kill -9 a run after its first epoch checkpoint; rerun the same command; compare with an uninterrupted run."""
+    full = tmp_path / "full"
+    subprocess.run(_pretrain_cmd(full, 3), check=True, cwd=REPO, capture_output=True)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_pretrain_cmd(killed, 3), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt_dir = killed / "work" / "pretrain" / "gcl"
+    deadline = time.time() + 300
+    while not list(ckpt_dir.glob("checkpoint*epoch=1.pt")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (ckpt_dir / "encoder.pt").exists(), "the run finished before it could be killed"
+    subprocess.run(_pretrain_cmd(killed, 3), check=True, cwd=REPO, capture_output=True)
+    a = torch.load(full / "work" / "pretrain" / "gcl" / "encoder.pt", weights_only=True)
+    b = torch.load(ckpt_dir / "encoder.pt", weights_only=True)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_missing_dataset_dir_fails_before_work(tmp_path):
+    cfg = str(REPO / "bundles" / "gcl_acdc" / "configs" / "pretrain.json")
+    wf = ConfigWorkflow(config_file=cfg, workflow_type=None, bundle_root=str(tmp_path), run_id="pretrain",
+                        dataset_dir=str(tmp_path / "nowhere"))
+    with pytest.raises(Exception) as excinfo:
+        wf.initialize()
+    messages, err = [], excinfo.value
+    while err is not None:  # MONAI wraps the reader's error in "Failed to evaluate ..."
+        messages.append(str(err))
+        err = err.__cause__
+    assert any("nowhere" in m and "layout" in m.lower() for m in messages), messages
+    assert not (tmp_path / "work" / "split.json").exists()

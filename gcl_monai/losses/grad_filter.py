@@ -66,37 +66,74 @@ class LastLayerJacobian:
         with torch.no_grad():
             conv_in, _, conv_out = pixel_head
             v = pix.detach().flatten(2).transpose(1, 2)  # (B, HW, D)
-            norm = v.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-            self.u = v / norm
-            self.inv_norm = 1.0 / norm
+            norm = v.norm(dim=-1).clamp_min(1e-12)
+            # W_2^T u of every pixel: the pixel head's output layer applied backwards once, shared by all pools
+            self.head_u = (v / norm.unsqueeze(-1)) @ conv_out.weight.detach().flatten(1)  # (B, HW, Hd)
             feats, scale = _adn_linearisation(last_layer.adn, last_conv.detach())
-            hidden = conv_in(feats)
-            self.hidden_mask = (hidden > 0).flatten(2).transpose(1, 2).to(v.dtype)  # (B, HW, Hd)
-            self.w_out = conv_out.weight.detach().flatten(1)  # (D, Hd)
+            self.hidden_mask = (conv_in(feats) > 0).flatten(2).transpose(1, 2).to(v.dtype)  # (B, HW, Hd)
             self.w_in = conv_in.weight.detach().flatten(1)  # (Hd, C)
             self.feature_scale = scale.flatten(2).transpose(1, 2)  # (B, HW, C)
-            self.patch_norm = _patch_norm(last_layer.conv, last_input.detach()).flatten(1)  # (B, HW)
+            patch = _patch_norm(last_layer.conv, last_input.detach()).flatten(1)
+            self.anchor_factor = patch / norm  # (B, HW): ||x_patch|| (with bias) / ||v||
 
     @classmethod
     def from_output(cls, network: nn.Module, output: dict[str, torch.Tensor]) -> LastLayerJacobian:
         """Build from a :py:class:`gcl_monai.networks.GCLNet` and its forward output."""
         return cls(output["pix"], output["last_input"], output["last_conv"], network.h_pix, network.last_layer)
 
-    def magnitudes(self, grad_u: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    def pool_magnitudes(
+        self,
+        anchors: torch.Tensor,
+        positives: torch.Tensor,
+        pool: torch.Tensor,
+        neg_weights: torch.Tensor,
+        pos_cos: torch.Tensor,
+        neg_cos: torch.Tensor,
+        pos_weight: torch.Tensor,
+    ) -> torch.Tensor:
         """
+        Magnitudes of the gradients :math:`g^+ = -w^+ (u^+ - \bar u^-)` of Eq. (8), one per positive of each pool.
+
+        By linearity, :math:`W_2^T (I - u u^T) g^+ = -w^+ (W_2^T u^+ - W_2^T \bar u^- - (u\cdot u^+ - u\cdot\bar u^-)
+        W_2^T u)`; :math:`W_2^T u` is precomputed per pixel, so the only work per positive is the ReLU mask, one
+        product with :math:`W_1` and a norm whose cross terms with the per-anchor parts are expanded (the squared
+        norm is clamped at 0 against rounding).
+
         Args:
-            grad_u: (P, HW, K, D) gradients w.r.t. the normalised embeddings of all HW pixels of image
-                ``images[p]``, K gradients per pixel.
-            images: (P,) batch index of the anchor image of each row.
+            anchors: (P,) batch index of each pair's anchor image.
+            positives: (P,) batch index of each pair's positive image.
+            pool: (P, HW, K) indices of each anchor pixel's positive pool in the positive image.
+            neg_weights: (P, HW, HW') softmax weights of the negatives (0 on the pool), so that
+                :math:`\bar u^- = ` ``neg_weights @ u``.
+            pos_cos: (P, HW, K) :math:`u\cdot u^+`.
+            neg_cos: (P, HW) :math:`u\cdot \bar u^-`.
+            pos_weight: (P, HW, K) the non-negative scalar :math:`w^+`.
 
         Returns:
             (P, HW, K) Frobenius norms of the gradients w.r.t. the last layer's weight and bias.
         """
-        u = self.u[images].unsqueeze(2)
-        g = (grad_u - (grad_u * u).sum(-1, keepdim=True) * u) * self.inv_norm[images].unsqueeze(2)
-        g = (g @ self.w_out) * self.hidden_mask[images].unsqueeze(2)
-        g = (g @ self.w_in) * self.feature_scale[images].unsqueeze(2)
-        return g.norm(dim=-1) * self.patch_norm[images].unsqueeze(2)
+        head_b = self.head_u[positives]  # (P, HW', Hd)
+        mask = self.hidden_mask[anchors]
+        scale = self.feature_scale[anchors]  # (P, HW, C)
+        rows = torch.arange(len(positives), device=pool.device)[:, None, None]
+        # s * W_1^T (r * W_2^T u^+): the only (P, HW, K, C) tensor, updated in place
+        per_positive = head_b[rows, pool].mul_(mask.unsqueeze(2)) @ self.w_in
+        per_positive.mul_(scale.unsqueeze(2))
+        # the per-anchor parts: s * W_1^T (r * W_2^T ubar^-) and s * W_1^T (r * W_2^T u)
+        neg = ((neg_weights @ head_b) * mask) @ self.w_in * scale  # (P, HW, C)
+        own = ((self.head_u[anchors] * mask) @ self.w_in) * scale
+        # ||X - neg - d own||^2 expanded, with d = u.u^+ - u.ubar^-: one pass over X for its norm, one for dots
+        d = pos_cos - neg_cos.unsqueeze(-1)  # (P, HW, K)
+        dots = per_positive @ torch.stack([neg, own], dim=-1)  # (P, HW, K, 2)
+        sq = (
+            torch.linalg.vector_norm(per_positive, dim=-1).square()
+            - 2 * dots[..., 0]
+            - 2 * d * dots[..., 1]
+            + neg.square().sum(-1, keepdim=True)
+            + 2 * d * (neg * own).sum(-1, keepdim=True)
+            + d.square() * own.square().sum(-1, keepdim=True)
+        )
+        return sq.clamp_min(0).sqrt() * pos_weight * self.anchor_factor[anchors].unsqueeze(-1)
 
 
 def _adn_linearisation(adn: nn.Module, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

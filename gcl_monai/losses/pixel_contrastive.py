@@ -144,9 +144,7 @@ class PixelContrastiveLoss(_Loss):
         reads :math:`\\partial\\ell/\\partial u = -\\frac{1}{\\tau}\\sigma(\\log\\sum_{N_u} e^{u\\cdot u^-/\\tau} -
         u\\cdot u^+/\\tau)\\,(u^+ - \\bar u^-)`, with :math:`\\bar u^-` the softmax-weighted mean of the negatives.
         """
-        u_b = u[b]
-        neg_mean = torch.softmax(neg_logits, dim=-1) @ u_b  # (P, HW, D)
-        u_pos = u_b[torch.arange(len(b), device=b.device)[:, None, None], pool]  # (P, HW, K, D)
+        neg_weights = torch.softmax(neg_logits, dim=-1)  # (P, HW, HW)
+        neg_cos = (u[a] * (neg_weights @ u[b])).sum(-1)
         weight = torch.sigmoid(torch.logsumexp(neg_logits, dim=-1, keepdim=True) - pos_logits) / self.temperature
-        grad_u = -weight.unsqueeze(-1) * (u_pos - neg_mean.unsqueeze(2))
-        return jacobian.magnitudes(grad_u, a)
+        return jacobian.pool_magnitudes(a, b, pool, neg_weights, pos_logits * self.temperature, neg_cos, weight)

@@ -1,0 +1,58 @@
+"""The fine-tuned bundle loads and infers in MONAI Label (its BundleInferTask), on a 3D NIfTI volume."""
+
+import importlib.machinery
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import torch
+from monai.networks.nets import BasicUNet
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _stub_torchvision(monkeypatch):
+    """monailabel imports torchvision.utils for a debug transform only; no CPU torchvision wheel exists here.
+    The stand-in raises if called, and is removed from ``sys.modules`` after the test."""
+    if "torchvision" in sys.modules:
+        return
+
+    def unavailable(*args, **kwargs):
+        raise RuntimeError("torchvision is not installed")
+
+    tv = types.ModuleType("torchvision")
+    utils = types.ModuleType("torchvision.utils")
+    utils.make_grid = utils.save_image = unavailable
+    tv.utils = utils
+    tv.__spec__ = importlib.machinery.ModuleSpec("torchvision", None)
+    utils.__spec__ = importlib.machinery.ModuleSpec("torchvision.utils", None)
+    monkeypatch.setitem(sys.modules, "torchvision", tv)
+    monkeypatch.setitem(sys.modules, "torchvision.utils", utils)
+
+
+def test_bundle_infer_task_runs_on_nifti(tmp_path, monkeypatch):
+    _stub_torchvision(monkeypatch)
+    bundle_infer = pytest.importorskip("monailabel.tasks.infer.bundle", reason="monailabel is not installed")
+    bundle = tmp_path / "gcl_demo"
+    shutil.copytree(REPO / "bundles" / "gcl_demo" / "configs", bundle / "configs")
+    (bundle / "models").mkdir()
+    torch.manual_seed(0)
+    net = BasicUNet(spatial_dims=2, in_channels=1, out_channels=4, features=(16, 32, 64, 128, 128, 16), norm="batch")
+    torch.save(net.state_dict(), bundle / "models" / "model.pt")
+
+    volume = np.random.default_rng(0).random((70, 60, 9)).astype(np.float32)
+    affine = np.diag([1.5, 1.4, 10.0, 1.0])
+    image = tmp_path / "case.nii.gz"
+    nib.save(nib.Nifti1Image(volume, affine), str(image))
+
+    task = bundle_infer.BundleInferTask(str(bundle), conf={})
+    assert task.is_valid()
+    assert set(task.labels) == {"right ventricle", "myocardium", "left ventricle"}
+    label_file, _ = task({"image": str(image), "device": "cpu"})
+    out = nib.load(label_file)
+    assert out.shape == volume.shape
+    assert set(np.unique(np.asarray(out.dataobj))) <= {0, 1, 2, 3}

@@ -160,7 +160,7 @@ def test_ablation_switches_build_and_run(method, demo_root):
 
 
 def _pretrain_cmd(root, epochs):
-    overrides = {**TINY, "epochs": epochs, "num_patients": 8, "num_pretrain": 4}
+    overrides = {**TINY, "epochs": epochs}
     args = [sys.executable, "-m", "monai.bundle", "run", "pretrain", "--config_file", str(DEMO / "pretrain.json"),
             "--bundle_root", str(root)]
     for k, v in overrides.items():

@@ -10,7 +10,13 @@ from monai.engines.utils import IterationEvents
 from monai.utils import CommonKeys as Keys
 from torch.optim.optimizer import Optimizer
 
-from gcl_monai.losses import GradFilter, LastLayerJacobian, MetaContrastiveLoss, PixelContrastiveLoss
+from gcl_monai.losses import (
+    GradFilter,
+    LastLayerJacobian,
+    MetaContrastiveLoss,
+    PixelContrastiveLoss,
+    gather_two_view_batch,
+)
 
 from .events import GCLEvents
 
@@ -50,6 +56,17 @@ class GCLPretrainer(Trainer):
         pixel_weight: weight of the pixel-wise loss (1 in the paper).
         grad_filter: GradFilter used by the pixel loss (its ``keep_fraction`` is set by a pace handler).
         view_keys: keys of the two views in the batch.
+        gather_negatives: under ``torch.distributed``, compute the image-wise loss on the batch of all ranks
+            (:py:func:`gcl_monai.losses.distributed.gather_two_view_batch`): every rank's images are negatives
+            (and, with a meta label, possible positives) of every other rank's, as in SimCLR's distributed
+            training, and every rank computes the same loss value; its gradient flows back to each rank's
+            embeddings so that the per-meta-label gradients averaged over the ranks by
+            :py:class:`gcl_monai.handlers.GradMitigatorHandler` equal the single-process gradients on the
+            concatenated batch. The pixel-wise loss stays per rank (its positives and negatives are pixels of the
+            rank's own images). Defaults to False: each rank's loss is the single-GPU loss of its own batch, so the
+            objective (number of negatives, meta-label positives, hence the tuned temperature and batch size)
+            does not change with the number of ranks, and no collective runs in the forward and backward passes;
+            the update is then the average of per-rank mini-batch gradients. No effect in a single process.
         epoch_length, non_blocking, iteration_update, train_handlers, event_names, event_to_attr, to_kwargs:
             as in :py:class:`monai.engines.SupervisedTrainer`.
 
@@ -71,6 +88,7 @@ class GCLPretrainer(Trainer):
         pixel_weight: float = 1.0,
         grad_filter: GradFilter | None = None,
         view_keys: Sequence[str] = ("image", "image_2"),
+        gather_negatives: bool = False,
         epoch_length: int | None = None,
         non_blocking: bool = False,
         iteration_update: Callable | None = None,
@@ -89,6 +107,7 @@ class GCLPretrainer(Trainer):
         self.pixel_weight = pixel_weight
         self.grad_filter = grad_filter
         self.view_keys = tuple(view_keys)
+        self.gather_negatives = gather_negatives
         super().__init__(
             device=device,
             max_epochs=max_epochs,
@@ -135,9 +154,12 @@ class GCLPretrainer(Trainer):
         jacobian = LastLayerJacobian.from_output(engine.network, out) if filtering else None
         # per-dimension std of the normalised image-wise representations; ~0 means collapse
         output: dict = {"std/img": torch.nn.functional.normalize(out["img"].detach(), dim=1).std(0).mean()}
+        img, img_labels = out["img"], labels
+        if engine.gather_negatives:
+            img, img_labels = gather_two_view_batch(img, labels)
         task_losses = []
-        for name, y in zip(engine.task_names, labels):
-            loss = engine.image_loss(out["img"], y)
+        for name, y, y_img in zip(engine.task_names, labels, img_labels):
+            loss = engine.image_loss(img, y_img)
             output[f"img/{name}"] = loss.detach()
             if engine.pixel_loss is not None:
                 pix = engine.pixel_loss(out["pix"], out["img_map"], y, engine.grad_filter, jacobian)

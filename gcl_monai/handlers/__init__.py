@@ -1,6 +1,7 @@
 from .checkpoints import latest_checkpoint
 from .collapse import CollapseDetector, RepresentationCollapse
 from .dice_summary import DiceSummary
+from .distributed import BroadcastParameters, EpochLengthAdapter
 from .encoder_export import EncoderExporter
 from .epoch_seed import EpochSeedHandler
 from .grad_mitigator_handler import GradMitigatorHandler

@@ -1,0 +1,303 @@
+"""Pre-training on 2 CPU processes (gloo): mitigated updates, gathered negatives, bundle run and resume in 1 process."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from ignite.engine import Engine, Events
+from monai.bundle import ConfigParser
+from monai.handlers import CheckpointSaver
+
+from gcl_monai.engines import GCLEvents, GCLPretrainer
+from gcl_monai.gradients import GradMitigator, SumCombiner
+from gcl_monai.gradients.distributed import all_reduce_task_grads
+from gcl_monai.handlers import BroadcastParameters, EpochLengthAdapter, GradMitigatorHandler
+from gcl_monai.losses import MetaContrastiveLoss, PixelContrastiveLoss, gather_two_view_batch
+from gcl_monai.networks import GCLNet
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs"]
+WORLD = 2
+FEATURES = (4, 4, 8, 8, 16, 4)
+META = (None, "patient_id", "slice_quantile")
+ITERATIONS = 3
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(worker, *args) -> None:
+    mp.spawn(worker, args=(_free_port(), *args), nprocs=WORLD, join=True)
+
+
+@pytest.fixture
+def one_thread():
+    """The reference computations run on one thread, like the workers, so that they do the same float operations."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _init(rank: int, port: int) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+
+
+def _batches(rank: int) -> list[dict]:
+    """ITERATIONS batches of 4 images of rank ``rank``: two views and two meta labels."""
+    g = torch.Generator().manual_seed(100 + rank)
+    return [
+        {
+            "image": torch.rand(4, 1, 32, 32, generator=g),
+            "image_2": torch.rand(4, 1, 32, 32, generator=g),
+            "patient_id": torch.randint(0, 2, (4,), generator=g),
+            "slice_quantile": torch.randint(1, 4, (4,), generator=g),
+        }
+        for _ in range(ITERATIONS)
+    ]
+
+
+def _network(seed: int) -> GCLNet:
+    """A tiny GCLNet with instance norm: a row's output does not depend on the other images of the batch."""
+    torch.manual_seed(seed)
+    return GCLNet(features=FEATURES, proj_dim=8)
+
+
+def _views(batch: dict) -> torch.Tensor:
+    return torch.cat([batch["image"], batch["image_2"]])
+
+
+def _labels(batch: dict) -> list:
+    return [None if m is None else batch[m] for m in META]
+
+
+def _grad(loss: torch.Tensor, params: list) -> list[torch.Tensor]:
+    """Gradient of ``loss``, zeros for unused parameters (as GCLPretrainer does)."""
+    grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+
+
+def _mitigated_worker(rank: int, port: int, out_dir: str) -> None:
+    _init(rank, port)
+    net = _network(seed=rank)  # different on each rank: BroadcastParameters makes them rank 0's
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    trainer = GCLPretrainer("cpu", 1, _batches(rank), net, opt, meta_labels=META)
+    mitigator = GradMitigator(len(META))
+    handler = GradMitigatorHandler(mitigator)
+    handler.attach(trainer)
+    BroadcastParameters(net).attach(trainer)
+    saved = {"network": net, "mitigator": handler}
+    CheckpointSaver(str(Path(out_dir) / f"ckpt{rank}"), saved, save_interval=1).attach(trainer)
+    trainer.run()
+    torch.save({"params": net.state_dict(), "targets": mitigator.targets}, Path(out_dir) / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_mitigated_update_matches_single_process(tmp_path, one_thread):
+    """
+    2 ranks == 1 process that averages each meta label's gradient over the 2 per-rank batches, mitigates and steps;
+    the EMA targets are equal on the ranks, and only rank 0 writes checkpoints.
+    """
+    _spawn(_mitigated_worker, str(tmp_path))
+    net = _network(seed=0)
+    params = list(net.parameters())
+    opt = torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    mitigator = GradMitigator(len(META))
+    loss_fn = MetaContrastiveLoss(temperature=0.1)
+    per_rank = [_batches(r) for r in range(WORLD)]
+    for t in range(ITERATIONS):
+        grads = []
+        for batches in per_rank:
+            z = net(_views(batches[t]))["img"]
+            grads.append([_grad(loss_fn(z, y), params) for y in _labels(batches[t])])
+        averaged = [[sum(g) / WORLD for g in zip(*task)] for task in zip(*grads)]
+        opt.zero_grad()
+        for p, g in zip(params, mitigator.combine(averaged)):
+            p.grad = g
+        opt.step()
+    assert [len(list(tmp_path.glob(f"ckpt{r}/*.pt"))) for r in range(WORLD)] == [1, 0], "rank 0 saves, alone"
+    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
+    for result in results:
+        for name, value in net.state_dict().items():
+            torch.testing.assert_close(result["params"][name], value, atol=1e-5, rtol=1e-5, msg=name)
+    assert torch.equal(results[0]["targets"], results[1]["targets"]), "EMA targets differ between ranks"
+    torch.testing.assert_close(results[0]["targets"], mitigator.targets, atol=1e-5, rtol=1e-5)
+
+
+def _gathered_worker(rank: int, port: int, out_dir: str) -> None:
+    _init(rank, port)
+    net = _network(seed=0)
+    trainer = GCLPretrainer(
+        "cpu",
+        1,
+        _batches(rank)[:1],
+        net,
+        torch.optim.SGD(net.parameters(), lr=0.0),
+        meta_labels=META,
+        pixel_loss=PixelContrastiveLoss(temperature=0.1, topk_ratio=0.3),
+        gather_negatives=True,
+    )
+    saved = {}
+
+    @trainer.on(GCLEvents.GRADIENTS_COMPUTED)
+    def grab(engine):
+        saved["grads"] = all_reduce_task_grads(engine.state.task_grads)
+        engine.state.task_grads = None
+
+    trainer.run()
+    saved["img"] = [float(trainer.state.output[f"img/{name}"]) for name in trainer.task_names]
+    torch.save(saved, Path(out_dir) / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_gathered_negatives_match_single_process(tmp_path, one_thread):
+    """
+    With gathered negatives, every rank's image-wise loss is the loss of the concatenated batch (view-1 rows of all
+    ranks, then view-2 rows), and the per-label gradients averaged over ranks are those of that loss plus the mean
+    of the per-rank pixel-wise losses.
+    """
+    _spawn(_gathered_worker, str(tmp_path))
+    net = _network(seed=0)
+    params = list(net.parameters())
+    img_loss, pix_loss = MetaContrastiveLoss(temperature=0.1), PixelContrastiveLoss(temperature=0.1, topk_ratio=0.3)
+    batches = [_batches(r)[0] for r in range(WORLD)]
+    merged = {k: torch.cat([b[k] for b in batches]) for k in batches[0]}
+    outs = [net(_views(b)) for b in batches]
+    z = net(_views(merged))["img"]
+    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
+    for m, y in enumerate(_labels(merged)):
+        loss_img = img_loss(z, y)
+        pix = [pix_loss(o["pix"], o["img_map"], None if y is None else b[META[m]]) for o, b in zip(outs, batches)]
+        expected = _grad(loss_img + sum(pix) / WORLD, params)
+        for result in results:
+            assert result["img"][m] == pytest.approx(loss_img.item(), abs=1e-5)
+            got = torch.cat([g.flatten() for g in result["grads"][m]])
+            want = torch.cat([g.flatten() for g in expected])
+            # float32 sums in another order (one batch of 2N rows vs two of N): relative error ~1e-6
+            assert float((got - want).norm()) <= 1e-4 * float(want.norm()), META[m]
+
+
+class _Indexed(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return {"image": torch.rand(1, 32, 32), "image_2": torch.rand(1, 32, 32), "index": torch.tensor(i)}
+
+
+def test_distributed_sampler_is_reshuffled_every_epoch():
+    """MONAI's Workflow calls DistributedSampler.set_epoch(epoch) at every epoch of GCLPretrainer."""
+    sampler = torch.utils.data.DistributedSampler(_Indexed(), num_replicas=WORLD, rank=1, shuffle=True, seed=3)
+    loader = torch.utils.data.DataLoader(_Indexed(), batch_size=2, sampler=sampler)
+    net = _network(seed=0)
+    trainer = GCLPretrainer("cpu", 2, loader, net, torch.optim.SGD(net.parameters(), lr=0.0), meta_labels=["index"])
+    GradMitigatorHandler(SumCombiner(1)).attach(trainer)
+    seen = {1: [], 2: []}
+    trainer.add_event_handler(
+        Events.ITERATION_COMPLETED, lambda e: seen[e.state.epoch].extend(e.state.batch["index"].tolist())
+    )
+    trainer.run()
+    expected = {}
+    for epoch in (1, 2):
+        sampler.set_epoch(epoch)
+        expected[epoch] = list(sampler)
+    assert seen == expected and seen[1] != seen[2]
+
+
+def test_single_process_helpers_are_no_ops():
+    z, labels = torch.randn(6, 4), [None, torch.tensor([0, 1, 0])]
+    gathered, gathered_labels = gather_two_view_batch(z, labels)
+    assert gathered is z and gathered_labels == labels
+    BroadcastParameters(torch.nn.Linear(2, 2))()  # no process group: nothing to do
+
+
+def test_epoch_length_adapter_rescales_trainer_and_cosine_schedule():
+    def resumed(epoch_length, state):
+        engine = Engine(lambda e, b: None)
+        engine.state.epoch_length = epoch_length
+        param = torch.nn.Parameter(torch.zeros(1))
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(torch.optim.SGD([param], lr=1.0), T_max=12)
+        scheduler.last_epoch = 3
+        adapter = EpochLengthAdapter(scheduler)
+        adapter.attach(engine)
+        engine.add_event_handler(Events.STARTED, lambda e: e.terminate())
+        engine.load_state_dict(state)  # what a CheckpointLoader does at STARTED, before the adapter
+        engine.run(range(epoch_length), max_epochs=4)
+        return engine, scheduler
+
+    engine, scheduler = resumed(8, {"epoch_length": 3, "iteration": 3, "max_epochs": 4})
+    assert (engine.state.epoch, engine.state.iteration, engine.state.epoch_length) == (1, 8, 8)
+    assert (scheduler.last_epoch, scheduler.T_max) == (8, 32)
+    with pytest.raises(ValueError, match="epoch-end checkpoint"):
+        resumed(8, {"epoch_length": 3, "iteration": 4, "max_epochs": 4})
+    with pytest.raises(TypeError, match="CosineAnnealingLR"):
+        EpochLengthAdapter(torch.optim.lr_scheduler.StepLR(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))]), 2))
+
+
+@pytest.mark.parametrize("bundle", BUNDLES)
+def test_multi_gpu_overrides(bundle):
+    """Same overrides for every dataset; they keep the base initialisation and append BroadcastParameters."""
+    configs = REPO / "bundles" / bundle / "configs"
+    for kind in ("pretrain", "train"):
+        override = json.loads((configs / f"multi_gpu_{kind}.json").read_text())
+        demo = REPO / "bundles" / "gcl_demo" / "configs" / f"multi_gpu_{kind}.json"
+        assert override == json.loads(demo.read_text())
+        base = json.loads((configs / f"{kind}.json").read_text())
+        assert all(expr in override["initialize"] for expr in base["initialize"]), "base initialisation missing"
+    parser = ConfigParser()
+    parser.read_config([str(configs / "pretrain.json"), str(configs / "multi_gpu_pretrain.json")])
+    targets = [h["_target_"] for h in parser["train#checkpoint_handlers"]]
+    assert targets == [
+        "CheckpointLoader",
+        "gcl_monai.handlers.EpochLengthAdapter",
+        "CheckpointSaver",
+        "gcl_monai.handlers.BroadcastParameters",
+    ]
+
+
+def _pretrain_bundle(launcher: list[str], config_file: str, work_dir: Path, epochs: int) -> None:
+    tiny = {
+        "--work_dir": str(work_dir),
+        "--num_patients": "6",
+        "--num_pretrain": "3",
+        "--num_val": "1",
+        "--num_test": "1",
+        "--image_size": "[32,32]",
+        "--features": "[4,4,8,8,16,4]",
+        "--batch_size": "4",
+        "--epochs": str(epochs),
+    }
+    cmd = [sys.executable, *launcher, "-m", "monai.bundle", "run", "pretrain", "--config_file", config_file]
+    cmd += [x for item in tiny.items() for x in item]
+    proc = subprocess.run(
+        cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_two_rank_bundle_pretraining_resumes_in_one_process(tmp_path):
+    """2 ranks write one checkpoint (rank 0 only); 1 process resumes from it with its own epoch length."""
+    configs = "bundles/gcl_demo/configs/"
+    torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}"]
+    _pretrain_bundle(torchrun, f"['{configs}pretrain.json','{configs}multi_gpu_pretrain.json']", tmp_path, epochs=1)
+    out_dir = tmp_path / "pretrain" / "gcl"
+    assert sorted(p.name for p in out_dir.glob("*.pt")) == ["checkpoint_epoch=1.pt", "encoder.pt"]
+    first = torch.load(out_dir / "checkpoint_epoch=1.pt", weights_only=False)
+
+    _pretrain_bundle([], f"{configs}pretrain.json", tmp_path, epochs=2)
+    second = torch.load(out_dir / "checkpoint_epoch=2.pt", weights_only=False)
+    per_rank, full = first["trainer"]["epoch_length"], second["trainer"]["epoch_length"]
+    assert full > per_rank
+    assert second["trainer"]["iteration"] == 2 * full
+    assert second["mitigator"]["step"] == per_rank + full

@@ -1,0 +1,27 @@
+"""
+The quality harness: the paper's protocol (patient-level split, pre-training per method, fine-tuning with L labelled
+patients over paired draws, test Dice) run through the bundles with overrides, and its report.
+
+Command line: ``python -m gcl_monai.benchmark --help`` (see ``docs/benchmark.md``).
+"""
+
+from gcl_monai.benchmark.presets import ALL_METHODS, METHODS, PRESETS, Method, Preset, get_preset, preset_cuts
+from gcl_monai.benchmark.report import paired_difference, read_results, write_report
+from gcl_monai.benchmark.runner import DATASETS, Experiment, plan_cells, run_experiment
+
+__all__ = [
+    "ALL_METHODS",
+    "DATASETS",
+    "METHODS",
+    "PRESETS",
+    "Experiment",
+    "Method",
+    "Preset",
+    "get_preset",
+    "paired_difference",
+    "plan_cells",
+    "preset_cuts",
+    "read_results",
+    "run_experiment",
+    "write_report",
+]

@@ -1,0 +1,184 @@
+"""
+Command line of the benchmark harness::
+
+    python -m gcl_monai.benchmark --preset cpu-mini --data acdc --data-root ../shared/data
+    python -m gcl_monai.benchmark --preset cpu-mini --data prostate --pretrain-data acdc --data-root ../shared/data
+    python -m gcl_monai.benchmark tsne --name cpu-ablation_acdc --methods simclr multi_meta multi_meta_mitigator
+    python -m gcl_monai.benchmark report --name cpu-mini_acdc
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gcl_monai.benchmark.presets import METHODS, PRESETS, Preset, finetune_iteration_overrides, get_preset
+from gcl_monai.benchmark.report import read_results, write_report
+from gcl_monai.benchmark.runner import DATASETS, Experiment, default_bundle_dir, run_experiment
+
+PROG = "python -m gcl_monai.benchmark"
+
+
+def _value(text: str) -> Any:
+    """A JSON value (number, list, true/false/null), else the string itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _key_values(items: Sequence[str]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {item!r}.")
+        out[key] = _value(value)
+    return out
+
+
+def run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Run the paper's protocol through the bundles: pre-train each method, fine-tune with L labelled "
+        "patients over paired draws, test Dice; write results.csv, table.md and plots under RESULTS_DIR/NAME. "
+        f"Other commands: '{PROG} tsne --help', '{PROG} report --help'.",
+    )
+    parser.add_argument("--preset", default="cpu-mini", choices=list(PRESETS), help="protocol (default cpu-mini)")
+    parser.add_argument("--data", required=True, choices=list(DATASETS), help="dataset of fine-tuning and test")
+    parser.add_argument(
+        "--data-root", type=Path, default=Path(os.environ.get("GCL_DATA_ROOT", "data")),
+        help="folder with the datasets' folders (default $GCL_DATA_ROOT or ./data)",
+    )
+    parser.add_argument(
+        "--pretrain-data", choices=list(DATASETS), help="pre-train on another dataset (out of distribution)"
+    )
+    parser.add_argument("--test-root", type=Path, help="external test set in the layout of --data (all its patients)")
+    parser.add_argument("--name", help="experiment name (default PRESET_DATA, or PRESET_PRETRAIN-to-DATA)")
+    parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    parser.add_argument("--bundle-dir", type=Path, default=None, help="folder of the gcl_<data> bundles")
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS))
+    parser.add_argument("--num-labeled", nargs="+", type=int, metavar="L")
+    parser.add_argument("--repeats", type=int, help="labelled draws per L")
+    parser.add_argument("--seeds-per-draw", type=int, help="fine-tuning seeds per draw")
+    parser.add_argument("--pretrain-epochs", type=int)
+    parser.add_argument("--finetune-iterations", type=int, help="total fine-tuning iterations per cell")
+    parser.add_argument("--image-size", type=int, help="in-plane size of the slices")
+    parser.add_argument("--features", nargs=6, type=int, help="BasicUNet's six feature sizes")
+    parser.add_argument("--pretrain-set", nargs="+", default=[], metavar="KEY=VALUE", help="pretrain.json overrides")
+    parser.add_argument("--finetune-set", nargs="+", default=[], metavar="KEY=VALUE", help="train.json overrides")
+    parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: the bundles' choice)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan (cells and overrides) and exit")
+    return parser
+
+
+def preset_from_args(args: argparse.Namespace) -> Preset:
+    """The chosen preset with the command line's changes (its name then ends with ``+custom``)."""
+    preset = get_preset(args.preset)
+    changes: dict[str, Any] = {}
+    for attr in ("repeats", "seeds_per_draw", "device"):
+        if getattr(args, attr) is not None:
+            changes[attr] = getattr(args, attr)
+    if args.methods:
+        changes["methods"] = tuple(args.methods)
+    if args.num_labeled:
+        changes["num_labeled"] = tuple(args.num_labeled)
+    common: dict[str, Any] = {}
+    if args.image_size:
+        common["image_size"] = [args.image_size, args.image_size]
+    if args.features:
+        common["features"] = list(args.features)
+    pretrain = _key_values(args.pretrain_set)
+    if args.pretrain_epochs is not None:
+        pretrain["epochs"] = args.pretrain_epochs
+    finetune = _key_values(args.finetune_set)
+    if args.finetune_iterations is not None:
+        finetune.update(
+            finetune_iteration_overrides(args.finetune_iterations, preset.finetune.get("iterations_per_epoch"))
+        )
+    if common:
+        changes["common"] = common
+    if pretrain:
+        changes["pretrain"] = pretrain
+    if finetune:
+        changes["finetune"] = finetune
+    return preset.replace(name=f"{preset.name}+custom", **changes) if changes else preset
+
+
+def main_run(argv: Sequence[str]) -> int:
+    args = run_parser().parse_args(argv)
+    name = args.name or (
+        f"{args.preset}_{args.data}"
+        if args.pretrain_data in (None, args.data)
+        else f"{args.preset}_{args.pretrain_data}-to-{args.data}"
+    )
+    experiment = Experiment(
+        name=name,
+        data=args.data,
+        preset=preset_from_args(args),
+        # absolute paths: the split files and plan.json then work from any working directory
+        data_root=args.data_root.resolve(),
+        results_dir=args.results_dir.resolve(),
+        bundle_dir=(args.bundle_dir or default_bundle_dir()).resolve(),
+        pretrain_data=args.pretrain_data,
+        test_root=args.test_root.resolve() if args.test_root else None,
+    )
+    csv_path = run_experiment(experiment, dry_run=args.dry_run)
+    if csv_path is None:
+        return 0
+    failed = [r for r in read_results(csv_path) if r["status"] in ("failed", "pretrain_failed")]
+    if failed:
+        logging.getLogger("gcl_monai.benchmark").error(
+            "%d result rows failed (see the message column of %s); a rerun retries them.", len(failed), csv_path
+        )
+    return 1 if failed else 0
+
+
+def main_tsne(argv: Sequence[str]) -> int:
+    from gcl_monai.benchmark.tsne import run_tsne
+
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} tsne",
+        description="The paper's Fig. 4: t-SNE of the image-wise representations of the pre-training slices of an "
+        "experiment, one row per method, one column per meta label -> RESULTS_DIR/NAME/tsne.png.",
+    )
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    parser.add_argument("--methods", nargs="+", default=["simclr", "multi_meta", "multi_meta_mitigator"])
+    parser.add_argument("--max-points", type=int, default=1000, help="slices embedded (seeded subset)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    run_tsne(args.results_dir / args.name, args.methods, max_points=args.max_points, seed=args.seed)
+    return 0
+
+
+def main_report(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} report", description="Rewrite table.md and the plots of an experiment from its results.csv."
+    )
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    args = parser.parse_args(argv)
+    print(write_report(args.results_dir / args.name).read_text())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s - %(name)s - %(levelname)s - %(message)s", stream=sys.stdout
+    )
+    commands = {"tsne": main_tsne, "report": main_report}
+    if argv and argv[0] in commands:
+        return commands[argv[0]](argv[1:])
+    return main_run(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""The compared methods (bundle overrides of ``pretrain.json``) and the benchmark presets."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ALL_METHODS",
+    "METHODS",
+    "PRESETS",
+    "Method",
+    "Preset",
+    "UnsupportedMethod",
+    "finetune_iteration_overrides",
+    "get_preset",
+    "preset_cuts",
+]
+
+#: meta labels value meaning "every meta label of the dataset" (the bundle's own ``meta_labels`` list).
+ALL = "all"
+
+
+class UnsupportedMethod(ValueError):
+    """Raised when a method needs a meta label that the dataset does not have (e.g. ``organ_state`` on prostate)."""
+
+
+@dataclass(frozen=True)
+class Method:
+    """
+    One row of the paper's tables, as overrides of the bundles.
+
+    Args:
+        name: method id (``--methods``).
+        label: row label in the Markdown table (the paper's wording).
+        meta_labels: meta labels of the method's own pre-training (``(None,)`` is SimCLR's positives, ``"all"``
+            every meta label of the dataset); None when it has no pre-training of its own.
+        pixel_branch: use the pixel-wise contrastive loss (PixCL).
+        grad_filter: screen the pixel pairs with GradFilter.
+        mitigate: combine the per-meta-label gradients with GradMitigator (else their sum).
+        encoder_of: another method whose pre-trained encoder this one fine-tunes (shared pre-training).
+        freeze_encoder: fine-tune the decoder only.
+    """
+
+    name: str
+    label: str
+    meta_labels: tuple[str | None, ...] | str | None
+    pixel_branch: bool = False
+    grad_filter: bool = False
+    mitigate: bool = False
+    encoder_of: str | None = None
+    freeze_encoder: bool = False
+
+    @property
+    def pretrain_method(self) -> str | None:
+        """The pre-training run this method fine-tunes from (None: random initialisation)."""
+        return self.encoder_of or (self.name if self.meta_labels is not None else None)
+
+    def pretrain_overrides(self, dataset_meta_labels: Sequence[str]) -> dict[str, Any]:
+        """
+        Overrides of ``pretrain.json`` for this method's own pre-training.
+
+        Args:
+            dataset_meta_labels: the dataset's meta labels (the bundle's ``meta_labels``).
+
+        Raises:
+            ValueError: the method has no pre-training of its own.
+            UnsupportedMethod: a meta label is not one of the dataset's.
+        """
+        if self.meta_labels is None:
+            raise ValueError(f"method {self.name!r} has no pre-training of its own.")
+        labels = list(dataset_meta_labels) if self.meta_labels == ALL else list(self.meta_labels)
+        missing = [m for m in labels if m is not None and m not in dataset_meta_labels]
+        if missing:
+            raise UnsupportedMethod(
+                f"method {self.name!r} needs meta labels {missing}, not in {list(dataset_meta_labels)}."
+            )
+        return {
+            "method": self.name,
+            "meta_labels": labels,
+            "pixel_branch": self.pixel_branch,
+            "grad_filter_enabled": self.pixel_branch and self.grad_filter,
+            "mitigate": self.mitigate,
+        }
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("random", "Random Init.", None),
+        Method("simclr", "SimCLR (Base)", (None,)),
+        Method("meta_patient", "Base + Patient_ID (m=1)", ("patient_id",)),
+        Method("meta_quantile", "Base + Slice_quantile (m=2)", ("slice_quantile",)),
+        Method("meta_state", "Base + Organ_state (m=3)", ("organ_state",)),
+        Method("multi_meta", "Base + multi-meta labels", ALL),
+        Method("multi_meta_mitigator", "Base + multi-meta labels + GradMiti.", ALL, mitigate=True),
+        Method("pixcl", "Base + PixCL", (None,), pixel_branch=True),
+        Method("pixcl_gradfilter", "Base + PixCL + GradFilter", (None,), pixel_branch=True, grad_filter=True),
+        Method("gcl_frozen", "Full model (frozen)", None, encoder_of="gcl", freeze_encoder=True),
+        Method("gcl", "GCL (full model)", ALL, pixel_branch=True, grad_filter=True, mitigate=True),
+    )
+}
+ALL_METHODS = tuple(METHODS)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """
+    A benchmark protocol: which cells to run and the bundle overrides of each stage.
+
+    ``common`` overrides go to every bundle (pre-training, fine-tuning, evaluation), ``pretrain`` to
+    ``pretrain.json`` and ``finetune`` to ``train.json``. The fine-tuning ``iterations_per_epoch`` None means one pass
+    over the labelled slices per epoch (the paper's epochs); the runner computes it per labelled draw.
+
+    Args:
+        name: preset id.
+        methods: method ids, in table order.
+        num_labeled: the values of L (labelled patients).
+        repeats: labelled draws (different labelled subsets, the same for every method).
+        seeds_per_draw: fine-tuning seeds per draw.
+        common, pretrain, finetune: bundle overrides.
+        device: torch device string, None for the bundles' default (CUDA when available).
+    """
+
+    name: str
+    methods: tuple[str, ...]
+    num_labeled: tuple[int, ...]
+    repeats: int
+    seeds_per_draw: int = 1
+    common: Mapping[str, Any] = field(default_factory=dict)
+    pretrain: Mapping[str, Any] = field(default_factory=dict)
+    finetune: Mapping[str, Any] = field(default_factory=dict)
+    device: str | None = None
+
+    def replace(self, **changes: Any) -> Preset:
+        """A copy with some fields changed; dict fields given in ``changes`` are merged into the current ones."""
+        for key in ("common", "pretrain", "finetune"):
+            if key in changes:
+                changes[key] = {**getattr(self, key), **changes[key]}
+        unknown = [m for m in changes.get("methods", ()) if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}.")
+        return dataclasses.replace(self, **changes)
+
+
+def finetune_iteration_overrides(iterations: int, iterations_per_epoch: int | None = 50) -> dict[str, int]:
+    """
+    Fine-tuning ``epochs`` and ``iterations_per_epoch`` giving about ``iterations`` iterations in total.
+
+    Args:
+        iterations: total number of fine-tuning iterations wanted.
+        iterations_per_epoch: iterations between two validations (None: 50).
+    """
+    if iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}.")
+    per_epoch = min(iterations_per_epoch or 50, iterations)
+    return {"epochs": math.ceil(iterations / per_epoch), "iterations_per_epoch": per_epoch}
+
+
+PAPER = Preset(
+    name="paper",
+    methods=ALL_METHODS,
+    num_labeled=(1, 2, 8),
+    repeats=5,
+    common={"features": [32, 64, 128, 256, 512, 32]},
+    pretrain={
+        "batch_size": 48,
+        "optimizer_name": "sgd",
+        "lr": 0.1,
+        "epochs": 300,
+        "temperature": 0.1,
+        "topk_ratio": 0.3,
+        "beta": 0.01,
+    },
+    finetune={"batch_size": 5, "lr": 1e-4, "epochs": 300, "iterations_per_epoch": None},
+)
+
+CPU_MINI = Preset(
+    name="cpu-mini",
+    methods=("random", "simclr", "gcl"),
+    num_labeled=(1, 2),
+    repeats=4,
+    common={"image_size": [128, 128], "features": [16, 32, 64, 128, 256, 16]},
+    pretrain={
+        "batch_size": 16,
+        "optimizer_name": "adam",
+        "lr": 1e-3,
+        "epochs": 20,
+        "temperature": 0.1,
+        "topk_ratio": 0.3,
+        "beta": 0.01,
+    },
+    finetune={"batch_size": 8, "lr": 1e-3, "epochs": 5, "iterations_per_epoch": 50, "val_interval": 1},
+)
+
+CPU_ABLATION = CPU_MINI.replace(name="cpu-ablation", methods=ALL_METHODS)
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (CPU_MINI, CPU_ABLATION, PAPER)}
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose from {list(PRESETS)}.")
+    return PRESETS[name]
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "one pass over the labelled slices"
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(str(v) for v in value) + ")"
+    return str(value)
+
+
+def preset_cuts(preset: Preset, reference: Preset = PAPER) -> list[str]:
+    """
+    What ``preset`` changes relative to the paper's protocol (``reference``), one line per difference; settings
+    the paper does not state (absent from ``reference``) are listed as such.
+    """
+    cuts = []
+    missing = [m for m in reference.methods if m not in preset.methods]
+    if missing:
+        cuts.append(f"methods: {', '.join(preset.methods)} (left out: {', '.join(missing)})")
+    counts = (("num_labeled", "L"), ("repeats", "repeats (labelled draws)"), ("seeds_per_draw", "seeds per draw"))
+    for attr, what in counts:
+        ours, paper = getattr(preset, attr), getattr(reference, attr)
+        if ours != paper:
+            cuts.append(f"{what}: {_show(ours)} (paper: {_show(paper)})")
+    for stage in ("common", "pretrain", "finetune"):
+        ours, paper = getattr(preset, stage), getattr(reference, stage)
+        for key in sorted(set(ours) | set(paper)):
+            if key not in paper:
+                cuts.append(f"{stage} {key}: {_show(ours[key])} (not stated in the paper)")
+            elif ours.get(key, "bundle default") != paper[key]:
+                cuts.append(f"{stage} {key}: {_show(ours.get(key, 'bundle default'))} (paper: {_show(paper[key])})")
+    return cuts

@@ -1,0 +1,344 @@
+"""
+Benchmark report: ``results.csv`` -> the paper's table (mean ± std of Dice over the repeats), paired differences
+to ``random`` and ``simclr`` with 95% t-intervals, per-class Dice, and the plots ``dice_vs_L.png`` and
+``pretrain_curves.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "PairedDifference",
+    "markdown_report",
+    "paired_difference",
+    "paired_values",
+    "read_results",
+    "read_scalars",
+    "t_quantile_975",
+    "write_report",
+]
+
+logger = logging.getLogger("gcl_monai.benchmark")
+
+#: two-sided 95% quantiles of Student's t for 1..30 degrees of freedom.
+_T_975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)
+_Z_975 = 1.959964
+BASELINES = ("random", "simclr")
+INT_COLUMNS = ("num_labeled", "repeat", "draw", "seed")
+
+
+def t_quantile_975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (a table up to 30, then the
+    Cornish-Fisher expansion around the normal quantile, accurate to 1e-4)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}.")
+    if df <= len(_T_975):
+        return _T_975[df - 1]
+    z = _Z_975
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Mean of paired differences with its 95% t-interval (NaN bounds with fewer than two pairs)."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    def __str__(self) -> str:
+        if self.n == 0:
+            return "–"
+        if self.n == 1:
+            return f"{self.mean:+.3f} (n=1)"
+        return f"{self.mean:+.3f} [{self.low:+.3f}, {self.high:+.3f}] (n={self.n})"
+
+
+def paired_difference(values: Sequence[float], baseline: Sequence[float]) -> PairedDifference:
+    """
+    ``values - baseline`` paired element-wise: mean and 95% interval ``mean ± t_{0.975, n-1} s / sqrt(n)``.
+
+    Args:
+        values: Dice of a method, one per (draw, seed).
+        baseline: Dice of the baseline on the same (draw, seed), in the same order.
+    """
+    if len(values) != len(baseline):
+        raise ValueError(f"paired samples differ in length: {len(values)} and {len(baseline)}.")
+    d = np.asarray(values, dtype=float) - np.asarray(baseline, dtype=float)
+    if len(d) == 0:
+        return PairedDifference(math.nan, math.nan, math.nan, 0)
+    mean = float(d.mean())
+    if len(d) == 1:
+        return PairedDifference(mean, math.nan, math.nan, 1)
+    half = t_quantile_975(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
+    return PairedDifference(mean, mean - half, mean + half, len(d))
+
+
+def _parse(row: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = dict(row)
+    for key in INT_COLUMNS:
+        out[key] = int(row[key])
+    for key in row:
+        if key == "dice" or key.startswith("dice_"):
+            out[key] = float(row[key]) if row[key] not in ("", None) else math.nan
+    return out
+
+
+def read_results(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``results.csv`` (integers and Dice values parsed)."""
+    with Path(path).open(newline="") as f:
+        return [_parse(row) for row in csv.DictReader(f)]
+
+
+def _ok(row: Mapping[str, Any]) -> bool:
+    return row["status"] == "ok" and math.isfinite(row["dice"])
+
+
+def _select(rows: Iterable[Mapping[str, Any]], method: str, num_labeled: int, test_set: str) -> list[Mapping[str, Any]]:
+    return [r for r in rows if r["method"] == method and r["num_labeled"] == num_labeled and r["test_set"] == test_set]
+
+
+def paired_values(
+    rows: Sequence[Mapping[str, Any]], method: str, baseline: str, num_labeled: int, test_set: str, key: str = "dice"
+) -> tuple[list[float], list[float]]:
+    """Values of ``method`` and ``baseline`` on the (draw, seed) pairs where both finished (``status`` ok)."""
+    ours = {(r["draw"], r["seed"]): r[key] for r in _select(rows, method, num_labeled, test_set) if _ok(r)}
+    theirs = {(r["draw"], r["seed"]): r[key] for r in _select(rows, baseline, num_labeled, test_set) if _ok(r)}
+    keys = sorted(set(ours) & set(theirs))
+    return [ours[k] for k in keys], [theirs[k] for k in keys]
+
+
+def _mean_std_cell(rows: Sequence[Mapping[str, Any]], planned: int, key: str = "dice") -> str:
+    """``mean ± std`` over the repeats (sample std), with the count when some are missing, failed or collapsed."""
+    if rows and all(r["status"] == "collapsed" for r in rows):
+        return "collapsed"
+    values = [r[key] for r in rows if _ok(r) and math.isfinite(r[key])]
+    if not values:
+        return "–" if not rows else "failed"
+    text = f"{np.mean(values):.3f}" + (f" ± {np.std(values, ddof=1):.3f}" if len(values) > 1 else "")
+    notes = [] if len(values) == planned else [f"n={len(values)} of {planned}"]
+    bad = len(rows) - len(values)
+    if bad:
+        notes.append(f"{bad} failed or collapsed")
+    return text + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _table(header: Sequence[str], body: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines.extend("| " + " | ".join(row) + " |" for row in body)
+    return lines
+
+
+def _test_sets(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(r["test_set"] for r in rows))
+
+
+def markdown_report(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) -> str:
+    """
+    The Markdown report: for each test set, Dice per method (rows) and L (columns) as ``mean ± std`` over all
+    repeats, the paired differences to ``random`` and ``simclr`` and the per-class Dice.
+
+    Args:
+        rows: rows of ``results.csv`` (see :py:func:`read_results`).
+        plan: the experiment's ``plan.json``.
+    """
+    preset = plan["preset"]
+    methods, labels, ls = plan["methods"], plan["labels"], preset["num_labeled"]
+    planned = preset["repeats"] * preset["seeds_per_draw"]
+    source = "" if plan["pretrain_data"] == plan["data"] else f" (pre-trained on {plan['pretrain_data']})"
+    protocol = (
+        f"Preset `{preset['name']}`: {preset['repeats']} labelled draws x {preset['seeds_per_draw']} fine-tuning "
+        "seed(s) per L, the same draws and seeds for every method; every repeat is included."
+    )
+    cuts = " What it cuts relative to the paper:" if plan["cuts"] else " The paper's protocol."
+    lines = [f"# Benchmark `{plan['name']}`: {plan['data']}{source}", "", protocol + cuts, ""]
+    lines += [f"- {c}" for c in plan["cuts"]]
+    for test_set in _test_sets(rows):
+        volumes = sorted({str(r["num_test_volumes"]) for r in rows if r["test_set"] == test_set and _ok(r)})
+        lines += [
+            "",
+            f"## Dice on the `{test_set}` set ({', '.join(volumes) or '?'} volumes)",
+            "",
+            "Mean ± standard deviation over the repeats (paper format).",
+            "",
+        ]
+        lines += _table(
+            ["Method", *[f"L={n}" for n in ls]],
+            ([labels[m], *[_mean_std_cell(_select(rows, m, n, test_set), planned) for n in ls]] for m in methods),
+        )
+        for baseline in (b for b in BASELINES if b in methods):
+            lines += [
+                "",
+                f"### Paired difference to {labels[baseline]} (`{test_set}`)",
+                "",
+                f"Dice(method) − Dice({labels[baseline]}) on the same labelled draw and seed: mean [95% t-interval] "
+                "over the n pairs. An interval that excludes 0 is a difference this experiment resolves.",
+                "",
+            ]
+            lines += _table(
+                ["Method", *[f"L={n}" for n in ls]],
+                (
+                    [labels[m], *[str(paired_difference(*paired_values(rows, m, baseline, n, test_set))) for n in ls]]
+                    for m in methods
+                    if m != baseline
+                ),
+            )
+        classes = [k[len("dice_"):] for k in (rows[0] if rows else {}) if k.startswith("dice_")]
+        if classes:
+            lines += ["", f"### Dice per class (`{test_set}`), mean over the repeats", ""]
+            lines += _table(
+                ["Method", *[f"L={n} {c}" for n in ls for c in classes]],
+                (
+                    [labels[m], *[_class_mean(_select(rows, m, n, test_set), c) for n in ls for c in classes]]
+                    for m in methods
+                ),
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _class_mean(rows: Sequence[Mapping[str, Any]], name: str) -> str:
+    values = [r[f"dice_{name}"] for r in rows if _ok(r) and math.isfinite(r[f"dice_{name}"])]
+    return f"{np.mean(values):.3f}" if values else "–"
+
+
+def read_scalars(tb_dir: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """
+    The scalars of the TensorBoard event files in ``tb_dir``: ``tag -> (steps, values)`` sorted by step, one value
+    per step (the last written, so a resumed run's repeated steps count once); empty when there are none.
+    """
+    if not Path(tb_dir).is_dir():
+        return {}
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    out = {}
+    for tag in accumulator.Tags()["scalars"]:
+        by_step = {e.step: e.value for e in accumulator.Scalars(tag)}
+        steps = np.array(sorted(by_step))
+        out[tag] = (steps, np.array([by_step[s] for s in steps], dtype=float))
+    return out
+
+
+def _colours(methods: Sequence[str]) -> dict[str, Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if len(methods) <= 10 else "tab20"]
+    return {m: cmap(i) for i, m in enumerate(methods)}
+
+
+def plot_dice_vs_l(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], path: Path) -> Path:
+    """Dice vs L per method (mean ± std over the repeats, and every repeat as a faint dot), one panel per test set."""
+    from matplotlib.figure import Figure
+
+    methods, labels, ls = plan["methods"], plan["labels"], plan["preset"]["num_labeled"]
+    test_sets = _test_sets(rows) or ["test"]
+    colours = _colours(methods)
+    fig = Figure(figsize=(5.5 * len(test_sets), 4.2), layout="constrained")
+    for k, test_set in enumerate(test_sets):
+        ax = fig.add_subplot(1, len(test_sets), k + 1)
+        for i, method in enumerate(methods):
+            offset = (i - (len(methods) - 1) / 2) * 0.06
+            xs, means, stds = [], [], []
+            for j, n in enumerate(ls):
+                values = [r["dice"] for r in _select(rows, method, n, test_set) if _ok(r)]
+                if values:
+                    ax.plot([j + offset] * len(values), values, ".", color=colours[method], alpha=0.3)
+                    xs.append(j + offset)
+                    means.append(np.mean(values))
+                    stds.append(np.std(values, ddof=1) if len(values) > 1 else 0.0)
+            if xs:
+                ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, color=colours[method], label=labels[method])
+        ax.set_xticks(range(len(ls)), [f"L={n}" for n in ls])
+        ax.set_ylabel("Dice")
+        ax.set_title(f"{plan['data']}: {test_set} set")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def _smooth(values: np.ndarray) -> np.ndarray:
+    window = max(1, len(values) // 50)
+    return np.convolve(values, np.ones(window) / window, mode="valid")
+
+
+def plot_pretrain_curves(folder: Path, plan: Mapping[str, Any], path: Path) -> Path | None:
+    """
+    Pre-training curves per method from the runs' TensorBoard scalars: the total loss, the mean image-wise loss
+    with the collapse level :math:`\\ln(2B - 1)`, and ``std/img`` (near 0 when the embeddings collapse).
+    """
+    from matplotlib.figure import Figure
+
+    curves = {m: read_scalars(folder / "pretrain" / m / "tensorboard") for m in plan["pretrain"]}
+    curves = {m: c for m, c in curves.items() if "loss" in c}
+    if not curves:
+        return None
+    colours = _colours(list(plan["pretrain"]))
+    fig = Figure(figsize=(15, 4.2), layout="constrained")
+    axes = [fig.add_subplot(1, 3, k + 1) for k in range(3)]
+    for method, scalars in curves.items():
+        colour = colours[method]
+        steps, loss = scalars["loss"]
+        axes[0].plot(steps[: len(_smooth(loss))], _smooth(loss), color=colour, label=method)
+        img = [scalars[t][1] for t in scalars if t.startswith("img/")]
+        if img:
+            size = min(len(v) for v in img)
+            mean_img = np.mean([v[:size] for v in img], axis=0)
+            axes[1].plot(scalars["loss"][0][: len(_smooth(mean_img))], _smooth(mean_img), color=colour, label=method)
+            batch = plan["pretrain"][method]["overrides"].get("batch_size")
+            if batch:
+                axes[1].axhline(math.log(2 * batch - 1), color=colour, ls=":", lw=1)
+        if "std/img" in scalars:
+            s_steps, std = scalars["std/img"]
+            axes[2].plot(s_steps[: len(_smooth(std))], _smooth(std), color=colour, label=method)
+    axes[2].axhline(1e-3, color="k", ls=":", lw=1)
+    titles = (
+        "loss (sum over meta labels)",
+        "image-wise loss (mean over meta labels); ln(2B-1) dotted",
+        "std/img (collapse below the dotted line)",
+    )
+    for ax, title in zip(axes, titles):
+        ax.set_xlabel("iteration")
+        ax.set_title(title, fontsize="medium")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    axes[0].set_yscale("log")
+    axes[2].set_yscale("log")
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def write_report(folder: str | Path) -> Path:
+    """
+    Writes ``table.md``, ``dice_vs_L.png`` and ``pretrain_curves.png`` of the experiment in ``folder`` from its
+    ``results.csv`` and ``plan.json``.
+
+    Returns:
+        the path of ``table.md``.
+    """
+    folder = Path(folder)
+    plan = json.loads((folder / "plan.json").read_text())
+    csv_path = folder / "results.csv"
+    rows = read_results(csv_path) if csv_path.exists() else []
+    table = folder / "table.md"
+    table.write_text(markdown_report(rows, plan))
+    plot_dice_vs_l(rows, plan, folder / "dice_vs_L.png")
+    plot_pretrain_curves(folder, plan, folder / "pretrain_curves.png")
+    logger.info("Report written to %s.", table)
+    return table

@@ -1,0 +1,310 @@
+"""The benchmark harness: methods and presets as bundle overrides, the plan, paired statistics, the report,
+collapse handling, and (slow) an end-to-end run on the synthetic phantom through bundles/gcl_demo."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from gcl_monai.benchmark import runner
+from gcl_monai.benchmark.__main__ import main
+from gcl_monai.benchmark.presets import (
+    ALL_METHODS,
+    METHODS,
+    PRESETS,
+    UnsupportedMethod,
+    finetune_iteration_overrides,
+    preset_cuts,
+)
+from gcl_monai.benchmark.report import (
+    markdown_report,
+    paired_difference,
+    paired_values,
+    read_results,
+    t_quantile_975,
+    write_report,
+)
+from gcl_monai.benchmark.runner import Experiment, PretrainCell, plan_cells, tensorboard_collapse
+from gcl_monai.handlers import RepresentationCollapse
+
+ACDC_META = ["patient_id", "slice_quantile", "organ_state"]
+
+
+# ------------------------------------------------------------------------------------------------ methods, presets
+
+
+@pytest.mark.parametrize(
+    "name, meta_labels, pixel, grad_filter, mitigate",
+    [
+        ("simclr", [None], False, False, False),
+        ("meta_patient", ["patient_id"], False, False, False),
+        ("meta_quantile", ["slice_quantile"], False, False, False),
+        ("meta_state", ["organ_state"], False, False, False),
+        ("multi_meta", ACDC_META, False, False, False),
+        ("multi_meta_mitigator", ACDC_META, False, False, True),
+        ("pixcl", [None], True, False, False),
+        ("pixcl_gradfilter", [None], True, True, False),
+        ("gcl", ACDC_META, True, True, True),
+    ],
+)
+def test_method_pretrain_overrides(name, meta_labels, pixel, grad_filter, mitigate):
+    assert METHODS[name].pretrain_overrides(ACDC_META) == {
+        "method": name,
+        "meta_labels": meta_labels,
+        "pixel_branch": pixel,
+        "grad_filter_enabled": grad_filter,
+        "mitigate": mitigate,
+    }
+    assert METHODS[name].pretrain_method == name
+
+
+def test_methods_without_own_pretraining():
+    assert METHODS["random"].pretrain_method is None
+    assert METHODS["gcl_frozen"].pretrain_method == "gcl" and METHODS["gcl_frozen"].freeze_encoder
+    with pytest.raises(ValueError):
+        METHODS["gcl_frozen"].pretrain_overrides(ACDC_META)
+    # prostate has no organ state: the paper's "/" cell
+    with pytest.raises(UnsupportedMethod):
+        METHODS["meta_state"].pretrain_overrides(["patient_id", "slice_quantile"])
+    assert METHODS["gcl"].pretrain_overrides(["patient_id", "slice_quantile"])["meta_labels"] == [
+        "patient_id", "slice_quantile"
+    ]
+
+
+def test_presets():
+    mini, ablation, paper = PRESETS["cpu-mini"], PRESETS["cpu-ablation"], PRESETS["paper"]
+    assert mini.methods == ("random", "simclr", "gcl") and mini.num_labeled == (1, 2)
+    assert mini.repeats == 4 and mini.seeds_per_draw == 1
+    assert mini.common == {"image_size": [128, 128], "features": [16, 32, 64, 128, 256, 16]}
+    assert mini.pretrain["optimizer_name"] == "adam"
+    assert ablation.methods == ALL_METHODS and ablation.pretrain == mini.pretrain
+    assert paper.num_labeled == (1, 2, 8) and paper.repeats == 5
+    assert paper.pretrain == {
+        "batch_size": 48, "optimizer_name": "sgd", "lr": 0.1, "epochs": 300, "temperature": 0.1, "topk_ratio": 0.3,
+        "beta": 0.01,
+    }
+    assert paper.finetune == {"batch_size": 5, "lr": 1e-4, "epochs": 300, "iterations_per_epoch": None}
+    assert paper.common == {"features": [32, 64, 128, 256, 512, 32]}
+    assert preset_cuts(paper) == []
+    cuts = preset_cuts(mini)
+    assert "pretrain epochs: 20 (paper: 300)" in cuts and "repeats (labelled draws): 4 (paper: 5)" in cuts
+    assert any(c.startswith("methods: random, simclr, gcl (left out:") for c in cuts)
+
+
+def test_preset_replace_and_iterations():
+    mini = PRESETS["cpu-mini"]
+    changed = mini.replace(pretrain={"epochs": 2}, methods=("random",))
+    assert changed.pretrain["epochs"] == 2 and changed.pretrain["batch_size"] == 16 and mini.pretrain["epochs"] == 20
+    with pytest.raises(ValueError, match="unknown methods"):
+        mini.replace(methods=("moco",))
+    assert finetune_iteration_overrides(250, 50) == {"epochs": 5, "iterations_per_epoch": 50}
+    assert finetune_iteration_overrides(4, 50) == {"epochs": 1, "iterations_per_epoch": 4}
+    assert finetune_iteration_overrides(120, None) == {"epochs": 3, "iterations_per_epoch": 50}
+
+
+# ------------------------------------------------------------------------------------------------ plan
+
+
+def test_plan_is_paired_and_shares_pretraining(tmp_path):
+    preset = PRESETS["cpu-mini"].replace(methods=("random", "simclr", "gcl", "gcl_frozen"))
+    experiment = Experiment("e", "acdc", preset, data_root=Path("data"), results_dir=tmp_path)
+    pretrain, finetune = plan_cells(experiment)
+    assert [c.method for c in pretrain] == ["simclr", "gcl"]
+    assert len(finetune) == 4 * 2 * 4
+    gcl = pretrain[1]
+    assert gcl.overrides["meta_labels"] == ACDC_META and gcl.overrides["epochs"] == 20
+    assert gcl.folder == tmp_path / "e" / "pretrain" / "gcl"
+    assert gcl.overrides["split_file"] == str(tmp_path / "e" / "split.json")
+    by_method = {}
+    for cell in finetune:
+        by_method.setdefault(cell.method, []).append((cell.num_labeled, cell.draw, cell.seed))
+        assert cell.train_overrides["split_file"] == gcl.overrides["split_file"]
+        assert cell.train_overrides["features"] == [16, 32, 64, 128, 256, 16]
+        assert cell.eval_overrides["test"]["ckpt_path"] == str(cell.model_path)
+    assert len({tuple(v) for v in by_method.values()}) == 1  # the same draws and seeds for every method
+    frozen = [c for c in finetune if c.method == "gcl_frozen"][0]
+    assert frozen.pretrain is gcl and frozen.train_overrides["freeze_encoder"] is True
+    assert frozen.train_overrides["pretrained_path"] == str(gcl.folder / "encoder.pt")
+    assert "pretrained_path" not in [c for c in finetune if c.method == "random"][0].train_overrides
+    order = runner.execution_order(pretrain, finetune)
+    assert order[0].method == "random" and isinstance(order[8], PretrainCell)
+
+
+def test_plan_out_of_distribution_and_external_test(tmp_path):
+    preset = PRESETS["cpu-mini"].replace(methods=("random", "meta_state", "gcl"))
+    experiment = Experiment(
+        "ood", "prostate", preset, results_dir=tmp_path, pretrain_data="acdc", test_root=tmp_path / "ext"
+    )
+    pretrain, finetune = plan_cells(experiment)
+    assert [c.method for c in pretrain] == ["meta_state", "gcl"]  # ACDC has the organ state
+    assert pretrain[0].bundle.name == "gcl_acdc"
+    assert pretrain[0].overrides["split_file"] == str(tmp_path / "ood" / "split_acdc.json")
+    cell = finetune[-1]
+    assert cell.bundle.name == "gcl_prostate"
+    assert cell.train_overrides["split_file"] == str(tmp_path / "ood" / "split.json")
+    assert set(cell.eval_overrides) == {"test", "external"}
+    assert str(tmp_path / "ext") in cell.eval_overrides["external"]["test_data"]
+    # in distribution on prostate, the organ state does not exist: the method is left out
+    pretrain, finetune = plan_cells(Experiment("p", "prostate", preset, results_dir=tmp_path))
+    assert [c.method for c in pretrain] == ["gcl"] and {c.method for c in finetune} == {"random", "gcl"}
+
+
+def test_cli_dry_run(capsys, tmp_path):
+    assert main(["--data", "acdc", "--dry-run", "--results-dir", str(tmp_path), "--pretrain-epochs", "3",
+                 "--methods", "random", "simclr", "--finetune-set", "lr=0.0005"]) == 0
+    out = capsys.readouterr().out
+    assert "preset cpu-mini+custom" in out and "pretrain epochs: 3 (paper: 300)" in out
+    assert "finetune simclr_L2_d3_s3" in out and "'lr': 0.0005" in out
+    assert not (tmp_path / "cpu-mini_acdc").exists()
+
+
+# ------------------------------------------------------------------------------------------------ statistics, report
+
+
+def test_paired_difference_by_hand():
+    diff = paired_difference([0.6, 0.7, 0.5, 0.65], [0.5, 0.5, 0.5, 0.55])
+    # d = (0.1, 0.2, 0.0, 0.1): mean 0.1, s = sqrt(0.02 / 3), half width t_{0.975,3} s / 2
+    half = 3.182 * math.sqrt(0.02 / 3) / 2
+    assert diff.n == 4 and diff.mean == pytest.approx(0.1)
+    assert diff.low == pytest.approx(0.1 - half) and diff.high == pytest.approx(0.1 + half)
+    assert str(diff) == "+0.100 [-0.030, +0.230] (n=4)"
+    single = paired_difference([0.7], [0.6])
+    assert single.n == 1 and math.isnan(single.low) and str(single) == "+0.100 (n=1)"
+    assert t_quantile_975(1) == 12.706 and t_quantile_975(40) == pytest.approx(2.0211, abs=1e-4)
+    assert t_quantile_975(120) == pytest.approx(1.9799, abs=1e-4)
+    with pytest.raises(ValueError):
+        paired_difference([0.1], [0.1, 0.2])
+
+
+def _row(method, num_labeled, draw, dice, status="ok", test_set="test"):
+    return {
+        "dataset": "acdc", "pretrain_dataset": "acdc", "method": method, "num_labeled": num_labeled, "repeat": draw,
+        "draw": draw, "seed": 0, "test_set": test_set, "dice": dice, "dice_rv": dice, "status": status,
+        "num_test_volumes": 40,
+    }
+
+
+def _plan(methods=("random", "simclr", "gcl")):
+    return {
+        "name": "hand", "data": "acdc", "pretrain_data": "acdc", "methods": list(methods),
+        "labels": {m: METHODS[m].label for m in methods},
+        "preset": {"name": "cpu-mini", "num_labeled": [1, 2], "repeats": 3, "seeds_per_draw": 1},
+        "cuts": ["pretrain epochs: 20 (paper: 300)"], "pretrain": {},
+    }
+
+
+def test_report_from_hand_written_csv(tmp_path):
+    rows = [
+        _row("random", 1, 0, 0.4), _row("random", 1, 1, 0.5), _row("random", 1, 2, 0.6),
+        _row("simclr", 1, 0, 0.5), _row("simclr", 1, 1, 0.5), _row("simclr", 1, 2, 0.8),
+        _row("random", 2, 0, 0.7), _row("random", 2, 1, 0.6),
+        _row("simclr", 2, 0, 0.9), _row("simclr", 2, 1, math.nan, status="failed"),
+    ]
+    rows += [_row("gcl", n, d, math.nan, status="collapsed") for n in (1, 2) for d in range(3)]
+    with (tmp_path / "results.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (tmp_path / "plan.json").write_text(json.dumps(_plan()))
+    table = write_report(tmp_path).read_text()
+    assert (tmp_path / "dice_vs_L.png").stat().st_size > 0
+    parsed = read_results(tmp_path / "results.csv")
+    assert paired_values(parsed, "simclr", "random", 1, "test") == ([0.5, 0.5, 0.8], [0.4, 0.5, 0.6])
+    lines = table.splitlines()
+    assert "| Method | L=1 | L=2 |" in lines
+    assert "| Random Init. | 0.500 ± 0.100 | 0.650 ± 0.071 (n=2 of 3) |" in lines
+    assert "| SimCLR (Base) | 0.600 ± 0.173 | 0.900 (n=1 of 3, 1 failed or collapsed) |" in lines
+    assert "| GCL (full model) | collapsed | collapsed |" in lines
+    # differences (0.1, 0.0, 0.2): mean 0.1, s = 0.1, half width 4.303 * 0.1 / sqrt(3) = 0.248
+    assert "| SimCLR (Base) | +0.100 [-0.148, +0.348] (n=3) | +0.200 (n=1) |" in lines
+    assert "| GCL (full model) | – | – |" in lines
+    assert "- pretrain epochs: 20 (paper: 300)" in lines
+    assert "| Random Init. | 0.500 | 0.650 |" in lines  # per-class Dice (rv)
+    assert markdown_report(parsed, _plan()) == table
+
+
+def test_tensorboard_collapse(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    chance = math.log(2 * 16 - 1)
+    for name, loss, std in (("collapsed", chance, 1e-5), ("healthy", 2.5, 0.05)):
+        with SummaryWriter(str(tmp_path / name)) as writer:
+            for step in range(1, 31):
+                writer.add_scalar("img/simclr", loss, step)
+                writer.add_scalar("loss", loss, step)
+                writer.add_scalar("std/img", std, step)
+    collapsed, loss, std = tensorboard_collapse(tmp_path / "collapsed", batch_size=16)
+    assert collapsed and loss == pytest.approx(chance) and std == pytest.approx(1e-5)
+    assert tensorboard_collapse(tmp_path / "healthy", batch_size=16)[0] is False
+    assert tensorboard_collapse(tmp_path / "missing", batch_size=16) == (False, None, None)
+
+
+def test_collapse_is_reported_and_never_fine_tuned(tmp_path, monkeypatch):
+    experiment = Experiment("c", "demo", PRESETS["cpu-mini"].replace(methods=("simclr",), num_labeled=(1,), repeats=1),
+                            results_dir=tmp_path)
+    pretrain, finetune = plan_cells(experiment)
+
+    def collapse(*args, **kwargs):
+        try:
+            raise RepresentationCollapse("std/img = 0")
+        except RepresentationCollapse as error:
+            raise RuntimeError("Failed to evaluate the run expression") from error
+
+    monkeypatch.setattr(runner, "run_bundle", collapse)
+    assert runner.run_pretrain(pretrain[0]) == "collapsed"
+    assert runner.pretrain_done(pretrain[0])  # a collapse is final: a rerun does not retry it
+    monkeypatch.setattr(runner, "_labelled_patients", lambda cell: "")
+    rows = runner.collect_rows(experiment, finetune)
+    assert [(r["method"], r["status"], math.isnan(r["dice"])) for r in rows] == [("simclr", "collapsed", True)]
+    assert "std/img = 0" in rows[0]["message"]
+
+
+def test_rerun_with_other_settings_is_refused(tmp_path):
+    experiment = Experiment("x", "demo", PRESETS["cpu-mini"], results_dir=tmp_path)
+    (tmp_path / "x").mkdir()
+    runner.write_plan(experiment, *plan_cells(experiment))
+    runner._check_plan(Experiment("x", "demo", PRESETS["cpu-ablation"], results_dir=tmp_path))  # more methods: fine
+    with pytest.raises(ValueError, match="pretrain"):
+        changed = PRESETS["cpu-mini"].replace(pretrain={"epochs": 3})
+        runner._check_plan(Experiment("x", "demo", changed, results_dir=tmp_path))
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+
+
+@pytest.mark.slow
+def test_end_to_end_on_the_phantom(tmp_path):
+    from gcl_monai.data import ensure_phantom
+
+    external = ensure_phantom(tmp_path / "external", num_patients=4, seed=1, image_size=64)
+    argv = [
+        "--data", "demo", "--results-dir", str(tmp_path), "--name", "smoke", "--test-root", external,
+        "--methods", "random", "simclr", "--num-labeled", "1", "--repeats", "2", "--pretrain-epochs", "1",
+        "--finetune-iterations", "10", "--image-size", "32", "--features", "4", "4", "8", "8", "16", "4",
+    ]
+    assert main(argv) == 0
+    folder = tmp_path / "smoke"
+    rows = read_results(folder / "results.csv")
+    assert len(rows) == 2 * 2 * 2  # methods x repeats x test sets
+    assert {r["status"] for r in rows} == {"ok"} and all(0.0 <= r["dice"] <= 1.0 for r in rows)
+    assert {r["test_set"] for r in rows} == {"test", "external"}
+    assert {"dice_rv", "dice_myocardium", "dice_lv", "labelled_patients", "pretrain_seconds"} <= set(rows[0])
+    for draw in (0, 1):  # paired: the same labelled patients for every method
+        assert len({r["labelled_patients"] for r in rows if r["draw"] == draw}) == 1
+    assert rows[0]["labelled_patients"] != [r for r in rows if r["draw"] == 1][0]["labelled_patients"]
+    table = (folder / "table.md").read_text()
+    assert "| Random Init. |" in table and "### Paired difference to Random Init. (`test`)" in table
+    assert "## Dice on the `external` set (8 volumes)" in table
+    assert (folder / "pretrain_curves.png").exists() and (folder / "dice_vs_L.png").exists()
+    assert (folder / "split.json").exists() and (folder / "pretrain" / "simclr" / "encoder.pt").exists()
+
+    stamps = {p: p.stat().st_mtime_ns for p in folder.glob("**/*.pt")}
+    assert main(argv) == 0  # resumable: nothing runs again
+    assert {p: p.stat().st_mtime_ns for p in folder.glob("**/*.pt")} == stamps
+    second_run = (folder / "progress.log").read_text().split("Experiment smoke:")[2]
+    assert second_run.count("already finished, skipped") == 5 and "starting" not in second_run
+    assert len(read_results(folder / "results.csv")) == len(rows)

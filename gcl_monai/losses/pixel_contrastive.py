@@ -44,6 +44,8 @@ class PixelContrastiveLoss(_Loss):
         topk_ratio: K as a fraction of the positive image's pixels (0.3 in the paper), in (0, 1).
         max_positive_images: at most this many positive images per anchor image (None: all).
         pair_chunk_size: pairs processed at once (bounds the peak memory of each step).
+        max_chunk_elements: with an active GradFilter, the chunk is also cut so that its largest temporary,
+            (pairs, HW, K, C) values, holds at most this many elements (2**25 float32 values: 128 MiB).
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class PixelContrastiveLoss(_Loss):
         topk_ratio: float = 0.3,
         max_positive_images: int | None = None,
         pair_chunk_size: int = 64,
+        max_chunk_elements: int = 2**25,
     ) -> None:
         super().__init__()
         if temperature <= 0:
@@ -64,6 +67,7 @@ class PixelContrastiveLoss(_Loss):
         self.topk_ratio = topk_ratio
         self.max_positive_images = max_positive_images
         self.pair_chunk_size = pair_chunk_size
+        self.max_chunk_elements = max_chunk_elements
 
     def pairs(self, num_images: int, labels: torch.Tensor | None, device: torch.device) -> torch.Tensor:
         """(P, 2) indices of (anchor image, positive image) rows, after optional sub-sampling."""
@@ -109,8 +113,12 @@ class PixelContrastiveLoss(_Loss):
         if filtering and jacobian is None:
             raise ValueError("an active grad_filter needs the LastLayerJacobian of the forward pass.")
         pairs = self.pairs(pix.shape[0] // 2, labels, pix.device)
+        chunk_size = self.pair_chunk_size
+        if filtering:
+            per_pair = num_pixels * k * max(jacobian.w_in.shape)
+            chunk_size = max(1, min(chunk_size, self.max_chunk_elements // per_pair))
         total = pix.new_zeros(())
-        for chunk in pairs.split(self.pair_chunk_size):
+        for chunk in pairs.split(chunk_size):
             a, b = chunk[:, 0], chunk[:, 1]
             logits = u[a] @ u[b].transpose(1, 2) / self.temperature  # (P, HW, HW)
             with torch.no_grad():

@@ -241,3 +241,17 @@ def test_grad_filter_keeps_smallest_gradient_positives():
     assert float(filtered) != pytest.approx(float(full), rel=1e-3)
     filtered.backward()
     assert torch.isfinite(net.last_layer.conv.weight.grad).all()
+
+
+def test_forward_multi_equals_separate_losses():
+    """Merging the pairs of several meta labels computes each pair once but changes no value."""
+    torch.manual_seed(5)
+    net = GCLNet(features=(4, 4, 8, 8, 16, 4), proj_dim=8)
+    out = net(torch.randn(8, 1, 64, 64))
+    jac = LastLayerJacobian.from_output(net, out)
+    labels = [torch.tensor([0, 1, 0, 1]), None, torch.tensor([2, 2, 2, 3])]
+    loss = PixelContrastiveLoss(topk_ratio=0.5)
+    for gf in (None, GradFilter(0.3)):
+        merged = loss.forward_multi(out["pix"], out["img_map"], labels, gf, jac)
+        for y, value in zip(labels, merged):
+            assert float(value) == pytest.approx(float(loss(out["pix"], out["img_map"], y, gf, jac)), rel=1e-6)

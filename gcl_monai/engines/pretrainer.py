@@ -157,12 +157,16 @@ class GCLPretrainer(Trainer):
         img, img_labels = out["img"], labels
         if engine.gather_negatives:
             img, img_labels = gather_two_view_batch(img, labels)
+        pixel_losses = [None] * len(labels)
+        if engine.pixel_loss is not None:  # one pass over the (anchor, positive) image pairs of all meta labels
+            pixel_losses = engine.pixel_loss.forward_multi(
+                out["pix"], out["img_map"], labels, engine.grad_filter, jacobian
+            )
         task_losses = []
-        for name, y, y_img in zip(engine.task_names, labels, img_labels):
+        for name, y_img, pix in zip(engine.task_names, img_labels, pixel_losses):
             loss = engine.image_loss(img, y_img)
             output[f"img/{name}"] = loss.detach()
-            if engine.pixel_loss is not None:
-                pix = engine.pixel_loss(out["pix"], out["img_map"], y, engine.grad_filter, jacobian)
+            if pix is not None:
                 output[f"pix/{name}"] = pix.detach()
                 loss = loss + engine.pixel_weight * pix
             if not torch.isfinite(loss):

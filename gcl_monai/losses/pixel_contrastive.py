@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -69,12 +70,29 @@ class PixelContrastiveLoss(_Loss):
         self.pair_chunk_size = pair_chunk_size
         self.max_chunk_elements = max_chunk_elements
 
-    def pairs(self, num_images: int, labels: torch.Tensor | None, device: torch.device) -> torch.Tensor:
-        """(P, 2) indices of (anchor image, positive image) rows, after optional sub-sampling."""
+    def pairs(
+        self,
+        num_images: int,
+        labels: torch.Tensor | None,
+        device: torch.device,
+        order: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """
+        (P, 2) indices of (anchor image, positive image) rows, after optional sub-sampling.
+
+        Args:
+            num_images: N.
+            labels: (N,) meta labels, or None.
+            device: device of the result.
+            order: (2N, 2N) random priorities of the candidate positives (smaller first); drawn here when None.
+                Sharing one ``order`` between meta labels makes their sub-samples overlap where their positives
+                do, so that :py:meth:`forward_multi` computes those pairs once.
+        """
         positives = positive_mask(num_images, labels, device=device)
         if self.max_positive_images is not None:
             rows = torch.arange(2 * num_images, device=device)
-            order = torch.rand(positives.shape, device=device).masked_fill(~positives, math.inf)
+            order = torch.rand(positives.shape, device=device) if order is None else order.clone()
+            order = order.masked_fill(~positives, math.inf)
             order[rows, (rows + num_images) % (2 * num_images)] = -1.0  # the other view is always kept
             rank = order.argsort(dim=1).argsort(dim=1)
             positives &= rank < self.max_positive_images
@@ -99,6 +117,31 @@ class PixelContrastiveLoss(_Loss):
         Raises:
             ValueError: on inconsistent shapes, or an active ``grad_filter`` without ``jacobian``.
         """
+        return self.forward_multi(pix, img_map, [labels], grad_filter, jacobian)[0]
+
+    def forward_multi(
+        self,
+        pix: torch.Tensor,
+        img_map: torch.Tensor,
+        labels: Sequence[torch.Tensor | None],
+        grad_filter: GradFilter | None = None,
+        jacobian: LastLayerJacobian | None = None,
+    ) -> list[torch.Tensor]:
+        """
+        The loss under each of several meta labels, computing every (anchor image, positive image) pair once.
+
+        A pair's positive pools (Eq. 6), its loss per anchor pixel and its GradFilter selection depend only on the
+        two images, not on the meta label that made them positives, so the pairs of all meta labels are merged
+        and each meta label's loss is the mean over its own pairs. Values equal separate :py:meth:`forward` calls
+        with the same sub-sampling.
+
+        Args:
+            pix, img_map, grad_filter, jacobian: as in :py:meth:`forward`.
+            labels: one entry per meta label: (N,) integer labels, or None.
+
+        Returns:
+            one scalar loss per entry of ``labels``.
+        """
         if pix.ndim < 3 or pix.shape[0] % 2 or pix.shape[0] != img_map.shape[0] or pix.shape[2:] != img_map.shape[2:]:
             raise ValueError(
                 f"pix (2N, D, *spatial) and img_map (2N, D', *spatial) must agree, got {tuple(pix.shape)} "
@@ -107,17 +150,34 @@ class PixelContrastiveLoss(_Loss):
         u = F.normalize(pix.flatten(2), dim=1).transpose(1, 2)  # (2N, HW, D)
         with torch.no_grad():
             z = F.normalize(img_map.detach().flatten(2), dim=1).transpose(1, 2)
-        num_pixels = u.shape[1]
+        num_rows, num_pixels = u.shape[:2]
         k = max(1, min(num_pixels - 1, math.ceil(self.topk_ratio * num_pixels)))
         filtering = grad_filter is not None and grad_filter.num_keep(k) < k
         if filtering and jacobian is None:
             raise ValueError("an active grad_filter needs the LastLayerJacobian of the forward pass.")
-        pairs = self.pairs(pix.shape[0] // 2, labels, pix.device)
+        order = torch.rand(num_rows, num_rows, device=pix.device) if self.max_positive_images is not None else None
+        pair_sets = [self.pairs(num_rows // 2, y, pix.device, order) for y in labels]
+        keys, inverse = torch.unique(torch.cat([p[:, 0] * num_rows + p[:, 1] for p in pair_sets]), return_inverse=True)
+        per_pair = self._per_pair_losses(u, z, torch.stack([keys // num_rows, keys % num_rows], 1), k, grad_filter
+                                         if filtering else None, jacobian)
+        return [per_pair[idx].mean() for idx in inverse.split([len(p) for p in pair_sets])]
+
+    def _per_pair_losses(
+        self,
+        u: torch.Tensor,
+        z: torch.Tensor,
+        pairs: torch.Tensor,
+        k: int,
+        grad_filter: GradFilter | None,
+        jacobian: LastLayerJacobian | None,
+    ) -> torch.Tensor:
+        """(P,) loss of each pair, Eq. (5) averaged over its anchor pixels, in memory-bounded chunks."""
+        num_pixels = u.shape[1]
         chunk_size = self.pair_chunk_size
-        if filtering:
+        if grad_filter is not None:
             per_pair = num_pixels * k * max(jacobian.w_in.shape)
             chunk_size = max(1, min(chunk_size, self.max_chunk_elements // per_pair))
-        total = pix.new_zeros(())
+        losses = []
         for chunk in pairs.split(chunk_size):
             a, b = chunk[:, 0], chunk[:, 1]
             logits = u[a] @ u[b].transpose(1, 2) / self.temperature  # (P, HW, HW)
@@ -128,14 +188,14 @@ class PixelContrastiveLoss(_Loss):
             neg_lse = torch.logsumexp(neg_logits, dim=-1, keepdim=True)  # (P, HW, 1)
             pos_logits = logits.gather(-1, pool)  # (P, HW, K)
             per_positive = torch.logaddexp(pos_logits, neg_lse) - pos_logits
-            if filtering:
+            kept = k
+            if grad_filter is not None:
                 with torch.no_grad():
                     keep = grad_filter.keep_mask(self._magnitudes(u, a, b, pool, neg_logits, pos_logits, jacobian))
                 per_positive = per_positive * keep
-                total = total + per_positive.sum() / grad_filter.num_keep(k)
-            else:
-                total = total + per_positive.sum() / k
-        return total / (pairs.shape[0] * num_pixels)
+                kept = grad_filter.num_keep(k)
+            losses.append(per_positive.sum((1, 2)) / (kept * num_pixels))
+        return torch.cat(losses)
 
     def _magnitudes(
         self,

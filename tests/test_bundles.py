@@ -90,7 +90,7 @@ def demo_root(tmp_path_factory):
 
 
 def test_pretrain_finetune_evaluate(demo_root):
-    work = demo_root / "work"
+    work = demo_root / "outputs"
     encoder = torch.load(work / "pretrain" / "gcl" / "encoder.pt", weights_only=True)
     assert encoder and all(k.startswith(("conv_0.", "down_")) for k in encoder)
     assert list((work / "pretrain" / "gcl").glob("checkpoint*epoch=1.pt"))
@@ -104,7 +104,7 @@ def test_finetune_starts_from_the_pretrained_encoder(demo_root):
     wf = ConfigWorkflow(config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(demo_root),
                         run_id="run", **TINY_FT)
     wf.initialize()
-    encoder = torch.load(demo_root / "work" / "pretrain" / "gcl" / "encoder.pt", weights_only=True)
+    encoder = torch.load(demo_root / "outputs" / "pretrain" / "gcl" / "encoder.pt", weights_only=True)
     loader = next(h for h in wf.parser.get_parsed_content("train#handlers") if type(h).__name__ == "CheckpointLoader")
     net = wf.parser.get_parsed_content("network")
     loader(wf.parser.get_parsed_content("train#trainer"))
@@ -113,7 +113,7 @@ def test_finetune_starts_from_the_pretrained_encoder(demo_root):
 
 
 def test_inference_writes_label_maps_with_the_input_geometry(demo_root, tmp_path):
-    image = demo_root / "work" / "phantom" / "training" / "patient001" / "patient001_frame01.nii.gz"
+    image = demo_root / "outputs" / "phantom" / "training" / "patient001" / "patient001_frame01.nii.gz"
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "case.nii.gz").symlink_to(image)
     _run("inference.json", "run", demo_root, dataset_dir=str(tmp_path / "in"), output_dir=str(tmp_path / "out"),
@@ -156,7 +156,7 @@ def test_ablation_switches_build_and_run(method, demo_root):
     combiner = wf.parser.get_parsed_content("train#combiner")
     mitigate = ABLATIONS[method].get("mitigate", True)
     assert type(combiner).__name__ == ("GradMitigator" if mitigate else "SumCombiner")
-    assert (demo_root / "work" / "pretrain" / method / "encoder.pt").is_file()
+    assert (demo_root / "outputs" / "pretrain" / method / "encoder.pt").is_file()
 
 
 def _pretrain_cmd(root, epochs):
@@ -174,7 +174,7 @@ def test_killed_pretraining_resumes_bit_for_bit(tmp_path):
     subprocess.run(_pretrain_cmd(full, 3), check=True, cwd=REPO, capture_output=True)
     killed = tmp_path / "killed"
     proc = subprocess.Popen(_pretrain_cmd(killed, 3), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ckpt_dir = killed / "work" / "pretrain" / "gcl"
+    ckpt_dir = killed / "outputs" / "pretrain" / "gcl"
     deadline = time.time() + 300
     while not list(ckpt_dir.glob("checkpoint*epoch=1.pt")) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
@@ -182,7 +182,7 @@ def test_killed_pretraining_resumes_bit_for_bit(tmp_path):
     proc.wait()
     assert not (ckpt_dir / "encoder.pt").exists(), "the run finished before it could be killed"
     subprocess.run(_pretrain_cmd(killed, 3), check=True, cwd=REPO, capture_output=True)
-    a = torch.load(full / "work" / "pretrain" / "gcl" / "encoder.pt", weights_only=True)
+    a = torch.load(full / "outputs" / "pretrain" / "gcl" / "encoder.pt", weights_only=True)
     b = torch.load(ckpt_dir / "encoder.pt", weights_only=True)
     for k in a:
         assert torch.equal(a[k], b[k]), k
@@ -199,4 +199,4 @@ def test_missing_dataset_dir_fails_before_work(tmp_path):
         messages.append(str(err))
         err = err.__cause__
     assert any("nowhere" in m and "layout" in m.lower() for m in messages), messages
-    assert not (tmp_path / "work" / "split.json").exists()
+    assert not (tmp_path / "outputs" / "split.json").exists()

@@ -1,7 +1,6 @@
 """Bundles: structure, consistency across datasets, and end-to-end runs of gcl_demo on tiny synthetic data."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -150,7 +150,10 @@ class GCLPretrainer(Trainer):
         out = engine.network(views)
         engine.fire_event(IterationEvents.FORWARD_COMPLETED)
 
-        filtering = engine.pixel_loss is not None and engine.grad_filter is not None
+        # the closed-form Jacobian is only needed while GradFilter drops positives (pace below 1)
+        filtering = (
+            engine.pixel_loss is not None and engine.grad_filter is not None and engine.grad_filter.keep_fraction < 1
+        )
         jacobian = LastLayerJacobian.from_output(engine.network, out) if filtering else None
         # per-dimension std of the normalised image-wise representations; ~0 means collapse
         output: dict = {"std/img": torch.nn.functional.normalize(out["img"].detach(), dim=1).std(0).mean()}
@@ -200,6 +203,6 @@ class GCLPretrainer(Trainer):
         engine.fire_event(IterationEvents.MODEL_COMPLETED)
         output.update(getattr(engine.state, "gradient_stats", {}) or {})
         output["lr"] = engine.optimizer.param_groups[0]["lr"]
-        if filtering:
+        if engine.pixel_loss is not None and engine.grad_filter is not None:
             output["pace"] = engine.grad_filter.keep_fraction
         return output

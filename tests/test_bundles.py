@@ -158,6 +158,15 @@ def test_ablation_switches_build_and_run(method, demo_root):
     assert (demo_root / "outputs" / "pretrain" / method / "encoder.pt").is_file()
 
 
+def test_pixel_weight_scales_the_pixel_losses(demo_root):
+    wf = _run("pretrain.json", "pretrain", demo_root, method="weighted", pixel_weight=0.25, **TINY)
+    out = wf.parser.get_parsed_content("train#trainer").state.output
+    img = sum(float(v) for k, v in out.items() if k.startswith("img/"))
+    pix = sum(float(v) for k, v in out.items() if k.startswith("pix/"))
+    assert pix > 0
+    assert float(out["loss"]) == pytest.approx(img + 0.25 * pix, rel=1e-5)
+
+
 def _pretrain_cmd(root, epochs):
     overrides = {**TINY, "epochs": epochs}
     args = [sys.executable, "-m", "monai.bundle", "run", "pretrain", "--config_file", str(DEMO / "pretrain.json"),

@@ -24,6 +24,7 @@ from gcl_monai.benchmark.report import (
     markdown_report,
     paired_difference,
     paired_values,
+    pretraining_summary,
     read_results,
     t_quantile_975,
     write_report,
@@ -241,6 +242,34 @@ def test_tensorboard_collapse(tmp_path):
     assert collapsed and loss == pytest.approx(chance) and std == pytest.approx(1e-5)
     assert tensorboard_collapse(tmp_path / "healthy", batch_size=16)[0] is False
     assert tensorboard_collapse(tmp_path / "missing", batch_size=16) == (False, None, None)
+
+
+def test_pretraining_summary_marks_an_image_branch_at_chance(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    chance = math.log(2 * 16 - 1)
+    runs = {  # (image-wise losses, pixel-wise loss) per iteration
+        "simclr": lambda i: ({"simclr": chance - i / 100}, None),
+        "gcl": lambda i: ({"patient_id": chance + 0.01 * (-1) ** i, "slice_quantile": chance - 0.005}, 0.5),
+    }
+    for method, losses in runs.items():
+        with SummaryWriter(str(tmp_path / "pretrain" / method / "tensorboard")) as writer:
+            for i in range(100):
+                img, pix = losses(i)
+                for name, value in img.items():
+                    writer.add_scalar(f"img/{name}", value, i + 1)
+                    if pix is not None:
+                        writer.add_scalar(f"pix/{name}", pix, i + 1)
+                writer.add_scalar("loss", sum(img.values()), i + 1)
+                writer.add_scalar("std/img", 0.05, i + 1)
+    plan = {**_plan(), "pretrain": {m: {"overrides": {"batch_size": 16}} for m in runs}}
+    rows = {line.split("|")[1].strip(): line for line in pretraining_summary(tmp_path, plan) if line.startswith("| ")}
+    # windows of 10 iterations: SimCLR's loss goes from chance - 0.045 to chance - 0.945
+    assert f"simclr: {chance - 0.045:.3f} → {chance - 0.945:.3f}" in rows["simclr"]
+    assert rows["simclr"].endswith("| learning |")
+    assert rows["gcl"].endswith("| **image branch at chance** |")
+    assert "patient_id: 0.500 → 0.500" in rows["gcl"]
+    assert pretraining_summary(tmp_path, {**plan, "pretrain": {}}) == []
 
 
 def test_collapse_is_reported_and_never_fine_tuned(tmp_path, monkeypatch):

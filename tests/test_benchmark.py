@@ -251,6 +251,7 @@ def test_pretraining_summary_marks_an_image_branch_at_chance(tmp_path):
     runs = {  # (image-wise losses, pixel-wise loss) per iteration
         "simclr": lambda i: ({"simclr": chance - i / 100}, None),
         "gcl": lambda i: ({"patient_id": chance + 0.01 * (-1) ** i, "slice_quantile": chance - 0.005}, 0.5),
+        "multi_meta": lambda i: ({"patient_id": chance - 0.1, "slice_quantile": chance - 0.005}, None),
     }
     for method, losses in runs.items():
         with SummaryWriter(str(tmp_path / "pretrain" / method / "tensorboard")) as writer:
@@ -268,6 +269,7 @@ def test_pretraining_summary_marks_an_image_branch_at_chance(tmp_path):
     assert f"simclr: {chance - 0.045:.3f} → {chance - 0.945:.3f}" in rows["simclr"]
     assert rows["simclr"].endswith("| learning |")
     assert rows["gcl"].endswith("| **image branch at chance** |")
+    assert rows["multi_meta"].endswith("| **at chance: slice_quantile** |")
     assert "patient_id: 0.500 → 0.500" in rows["gcl"]
     assert pretraining_summary(tmp_path, {**plan, "pretrain": {}}) == []
 

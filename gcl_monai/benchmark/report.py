@@ -330,14 +330,23 @@ def _first_last(values: np.ndarray, window: int) -> tuple[float, float]:
     return float(values[:window].mean()), float(values[-window:].mean())
 
 
+def _verdict(at_chance: Sequence[str], num_losses: int) -> str:
+    if not at_chance:
+        return "learning"
+    if len(at_chance) == num_losses:
+        return "**image branch at chance**"
+    return f"**at chance: {', '.join(at_chance)}**"
+
+
 def pretraining_summary(folder: str | Path, plan: Mapping[str, Any], stall_tol: float = 0.02) -> list[str]:
     """
     Markdown section saying, for each pre-training of the experiment, whether its objectives learned: each
     image-wise loss (Eq. 1) and pixel-wise loss (Eq. 5) averaged over the first and the last window of iterations
     (a tenth of the run, at most 50), the chance level :math:`\\ln(2B - 1)` of the image-wise losses (every embedding
-    of the batch identical) and ``std/img``. A run whose every image-wise loss ends within ``stall_tol`` of
-    :math:`\\ln(2B - 1)` is marked **image branch at chance**: its encoder was fine-tuned (its pixel-wise branch may
-    still have learned) but its image-wise representations did not separate the images.
+    of the batch identical) and ``std/img``. The image-wise losses that end within ``stall_tol`` of
+    :math:`\\ln(2B - 1)` are named as **at chance** (**image branch at chance** when all of them are): their meta
+    labels did not separate the images. This is reported, not acted on: the encoder is still fine-tuned (its other
+    losses, e.g. the pixel-wise ones, may have learned) and the Dice shows the consequence.
 
     Args:
         folder: the experiment folder (``pretrain/<method>/tensorboard``).
@@ -354,7 +363,7 @@ def pretraining_summary(folder: str | Path, plan: Mapping[str, Any], stall_tol: 
         window = max(1, min(50, len(scalars["loss"][1]) // 10))
         img = {t[len("img/"):]: _first_last(v, window) for t, (_, v) in scalars.items() if t.startswith("img/")}
         pix = {t[len("pix/"):]: _first_last(v, window) for t, (_, v) in scalars.items() if t.startswith("pix/")}
-        at_chance = bool(img) and all(abs(last - chance) < stall_tol for _, last in img.values())
+        at_chance = [name for name, (_, last) in img.items() if abs(last - chance) < stall_tol]
         std = _first_last(scalars["std/img"][1], window) if "std/img" in scalars else (math.nan, math.nan)
         body.append([
             method,
@@ -363,7 +372,7 @@ def pretraining_summary(folder: str | Path, plan: Mapping[str, Any], stall_tol: 
             f"{chance:.3f}",
             "<br>".join(f"{k}: {a:.3f} → {b:.3f}" for k, (a, b) in pix.items()) or "–",
             f"{std[0]:.3f} → {std[1]:.3f}",
-            "**image branch at chance**" if at_chance else "learning",
+            _verdict(at_chance, len(img)),
         ])
     if not body:
         return []

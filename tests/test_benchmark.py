@@ -294,6 +294,25 @@ def test_collapse_is_reported_and_never_fine_tuned(tmp_path, monkeypatch):
     assert "std/img = 0" in rows[0]["message"]
 
 
+def test_interrupted_finetuning_is_retrained_not_evaluated(tmp_path, monkeypatch):
+    """A ``model.pt`` left by a killed fine-tuning is a partly trained model: the rerun trains again."""
+    experiment = Experiment("f", "demo", PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=1),
+                            results_dir=tmp_path)
+    (cell,) = plan_cells(experiment)[1]
+    calls = []
+    monkeypatch.setattr(runner, "run_bundle", lambda bundle, config, workflow, overrides: calls.append(config))
+    monkeypatch.setattr(runner, "labelled_subset", lambda cell: [])
+    models = Path(cell.train_overrides["ckpt_dir"])
+    models.mkdir(parents=True)
+    (models / "model.pt").write_bytes(b"written by a run that was killed")
+    runner.run_finetune(cell)
+    assert calls == ["train", "evaluate"]
+    assert runner.read_status(cell.folder)["trained"]
+    calls.clear()
+    runner.run_finetune(cell)  # trained, but its dice.json was never written: evaluates only
+    assert calls == ["evaluate"]
+
+
 def test_rerun_with_other_settings_is_refused(tmp_path):
     experiment = Experiment("x", "demo", PRESETS["cpu-mini"], results_dir=tmp_path)
     (tmp_path / "x").mkdir()

@@ -1,16 +1,24 @@
 import copy
+from pathlib import Path
 
 import pytest
 import torch
 from ignite.engine import Events
-from monai.handlers import CheckpointLoader, CheckpointSaver
+from monai.handlers import CheckpointLoader
 from monai.networks.nets import BasicUNet
 
 from monai.engines.utils import IterationEvents
 
 from gcl_monai.engines import GCLPretrainer
 from gcl_monai.gradients import GradMitigator, SumCombiner
-from gcl_monai.handlers import EncoderExporter, EpochSeedHandler, GradFilterPaceHandler, GradMitigatorHandler
+from gcl_monai.handlers import (
+    AtomicCheckpointSaver,
+    EncoderExporter,
+    EpochSeedHandler,
+    GradFilterPaceHandler,
+    GradMitigatorHandler,
+    latest_checkpoint,
+)
 from gcl_monai.losses import GradFilter, PixelContrastiveLoss
 from gcl_monai.networks import GCLNet
 
@@ -119,9 +127,9 @@ def test_resume_is_bit_for_bit(tmp_path):
     full.run()
 
     trainer, net, save_dict = build()
-    CheckpointSaver(str(tmp_path), save_dict, save_final=False, save_interval=1, epoch_level=True, n_saved=1).attach(
-        trainer
-    )
+    AtomicCheckpointSaver(
+        str(tmp_path), save_dict, save_final=False, save_interval=1, epoch_level=True, n_saved=1
+    ).attach(trainer)
     trainer.add_event_handler(Events.ITERATION_COMPLETED(once=5), lambda e: e.terminate())
     trainer.run()
     assert trainer.state.iteration == 5
@@ -133,6 +141,44 @@ def test_resume_is_bit_for_bit(tmp_path):
     assert resumed.state.iteration == full.state.iteration == 6
     for (k, a), b in zip(full_net.state_dict().items(), resumed_net.state_dict().values()):
         assert torch.equal(a, b), k
+
+
+def test_atomic_checkpoints_are_complete_whenever_they_exist(tmp_path, monkeypatch):
+    """
+    While a checkpoint is being written, no file under a checkpoint name is incomplete and (n_saved=2) the
+    previous checkpoint is still there to resume from; this is what a run killed mid-write relies on.
+    """
+    trainer, _, save_dict = build(meta_labels=(None,), combiner="sum", pixel=False)
+    AtomicCheckpointSaver(
+        str(tmp_path), save_dict, save_final=False, save_interval=1, epoch_level=True, n_saved=2
+    ).attach(trainer)
+    save, seen = torch.save, []
+
+    def spying_save(obj, target, *args, **kwargs):
+        seen.append((Path(getattr(target, "name", target)).name, latest_checkpoint(tmp_path)))
+        save(obj, target, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", spying_save)
+    trainer.run()
+    assert [Path(latest).name if latest else None for _, latest in seen] == [
+        None, "checkpoint_epoch=1.pt", "checkpoint_epoch=2.pt"
+    ]
+    assert not any(target.startswith("checkpoint") for target, _ in seen), seen
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_epoch=2.pt", "checkpoint_epoch=3.pt"]
+
+
+def test_latest_checkpoint_skips_truncated_files(tmp_path, caplog):
+    assert latest_checkpoint(tmp_path / "missing") is None
+    torch.save({"epoch": 1}, tmp_path / "checkpoint_epoch=1.pt")
+    torch.save({"epoch": 10}, tmp_path / "checkpoint_epoch=10.pt")
+    full = (tmp_path / "checkpoint_epoch=10.pt").read_bytes()
+    (tmp_path / "checkpoint_epoch=12.pt").write_bytes(full[: len(full) // 2])
+    assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_epoch=10.pt")  # by number, not by name
+    assert "checkpoint_epoch=12.pt" in caplog.text
+    (tmp_path / "checkpoint_epoch=10.pt").write_bytes(b"")
+    assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_epoch=1.pt")
+    torch.save({}, tmp_path / "checkpoint_final_iteration=5.pt")
+    assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_final_iteration=5.pt")
 
 
 def test_encoder_export_loads_into_basic_unet(tmp_path):

@@ -179,10 +179,6 @@ class FinetuneCell:
         return Path(self.train_overrides["output_dir"])
 
     @property
-    def model_path(self) -> Path:
-        return Path(self.train_overrides["ckpt_dir"]) / "model.pt"
-
-    @property
     def label(self) -> str:
         return f"finetune {self.folder.name}"
 
@@ -426,15 +422,20 @@ def resolve_iterations(cell: FinetuneCell, labelled: list[dict]) -> None:
 
 
 def run_finetune(cell: FinetuneCell) -> str:
-    """Fine-tunes (unless its model exists) and evaluates on every test set without a ``dice.json``."""
+    """
+    Fine-tunes (unless a previous run of the cell finished training) and evaluates on every test set without a
+    ``dice.json``. A ``model.pt`` left by an interrupted fine-tuning is a partly trained model: it is retrained.
+    """
     status = read_status(cell.folder)
     try:
-        if not cell.model_path.exists():
+        if not (status.get("trained") or status.get("status") == "finished"):
             resolve_iterations(cell, labelled_subset(cell))
             start = time.time()
             run_bundle(cell.bundle, "train", "run", cell.train_overrides)
             status["finetune_seconds"] = time.time() - start
             status["iterations"] = cell.train_overrides["epochs"] * cell.train_overrides["iterations_per_epoch"]
+            status["trained"] = True
+            write_status(cell.folder, status)
         for test_set, overrides in cell.eval_overrides.items():
             if not cell.dice_file(test_set).exists():
                 start = time.time()

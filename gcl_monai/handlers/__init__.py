@@ -1,4 +1,4 @@
-from .checkpoints import latest_checkpoint
+from .checkpoints import AtomicCheckpointSaver, latest_checkpoint
 from .collapse import CollapseDetector, RepresentationCollapse
 from .dice_summary import DiceSummary
 from .distributed import BroadcastParameters, EpochLengthAdapter

@@ -91,7 +91,7 @@ class LastLayerJacobian:
         neg_cos: torch.Tensor,
         pos_weight: torch.Tensor,
     ) -> torch.Tensor:
-        """
+        r"""
         Magnitudes of the gradients :math:`g^+ = -w^+ (u^+ - \bar u^-)` of Eq. (8), one per positive of each pool.
 
         By linearity, :math:`W_2^T (I - u u^T) g^+ = -w^+ (W_2^T u^+ - W_2^T \bar u^- - (u\cdot u^+ - u\cdot\bar u^-)

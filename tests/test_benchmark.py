@@ -25,6 +25,7 @@ from gcl_monai.benchmark.report import (
     paired_difference,
     paired_values,
     pretraining_summary,
+    read_pretrain_scalars,
     read_results,
     t_quantile_975,
     write_report,
@@ -264,14 +265,16 @@ def test_pretraining_summary_marks_an_image_branch_at_chance(tmp_path):
                 writer.add_scalar("loss", sum(img.values()), i + 1)
                 writer.add_scalar("std/img", 0.05, i + 1)
     plan = {**_plan(), "pretrain": {m: {"overrides": {"batch_size": 16}} for m in runs}}
-    rows = {line.split("|")[1].strip(): line for line in pretraining_summary(tmp_path, plan) if line.startswith("| ")}
+    curves = read_pretrain_scalars(tmp_path, {**plan, "pretrain": {**plan["pretrain"], "never_ran": {}}})
+    assert sorted(curves) == sorted(runs)
+    rows = {line.split("|")[1].strip(): line for line in pretraining_summary(curves, plan) if line.startswith("| ")}
     # windows of 10 iterations: SimCLR's loss goes from chance - 0.045 to chance - 0.945
     assert f"simclr: {chance - 0.045:.3f} → {chance - 0.945:.3f}" in rows["simclr"]
     assert rows["simclr"].endswith("| learning |")
     assert rows["gcl"].endswith("| **image branch at chance** |")
     assert rows["multi_meta"].endswith("| **at chance: slice_quantile** |")
     assert "patient_id: 0.500 → 0.500" in rows["gcl"]
-    assert pretraining_summary(tmp_path, {**plan, "pretrain": {}}) == []
+    assert pretraining_summary({}, plan) == []
 
 
 def test_collapse_is_reported_and_never_fine_tuned(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """Pre-training on 2 CPU processes (gloo): mitigated updates, gathered negatives, bundle run and resume in 1 process."""
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -223,24 +224,40 @@ def test_single_process_helpers_are_no_ops():
 
 
 def test_epoch_length_adapter_rescales_trainer_and_cosine_schedule():
-    def resumed(epoch_length, state):
+    def resumed(epoch_length, state, t_max=12, max_epochs=4):
+        """A run configured for ``max_epochs`` of ``epoch_length``, resumed from 1 epoch of 3 iterations of 4."""
         engine = Engine(lambda e, b: None)
         engine.state.epoch_length = epoch_length
         param = torch.nn.Parameter(torch.zeros(1))
-        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(torch.optim.SGD([param], lr=1.0), T_max=12)
-        scheduler.last_epoch = 3
-        adapter = EpochLengthAdapter(scheduler)
-        adapter.attach(engine)
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
+            torch.optim.SGD([param], lr=1.0), T_max=max_epochs * epoch_length
+        )
+
+        @engine.on(Events.STARTED)
+        def load(engine):  # what a CheckpointLoader does at STARTED, before the adapter
+            engine.load_state_dict(state)
+            scheduler.load_state_dict({**scheduler.state_dict(), "T_max": t_max, "last_epoch": state["iteration"]})
+
+        EpochLengthAdapter(scheduler).attach(engine)
         engine.add_event_handler(Events.STARTED, lambda e: e.terminate())
-        engine.load_state_dict(state)  # what a CheckpointLoader does at STARTED, before the adapter
-        engine.run(range(epoch_length), max_epochs=4)
+        engine.run(range(epoch_length), max_epochs=max_epochs)
         return engine, scheduler
 
     engine, scheduler = resumed(8, {"epoch_length": 3, "iteration": 3, "max_epochs": 4})
     assert (engine.state.epoch, engine.state.iteration, engine.state.epoch_length) == (1, 8, 8)
     assert (scheduler.last_epoch, scheduler.T_max) == (8, 32)
+    _, scheduler = resumed(3, {"epoch_length": 3, "iteration": 3, "max_epochs": 4})  # same length: untouched
+    assert (scheduler.last_epoch, scheduler.T_max) == (3, 12)
     with pytest.raises(ValueError, match="epoch-end checkpoint"):
         resumed(8, {"epoch_length": 3, "iteration": 4, "max_epochs": 4})
+    # a run of 4 epochs resumed as one of 8: the configured cosine from the restored iteration on
+    engine, scheduler = resumed(3, {"epoch_length": 3, "iteration": 3, "max_epochs": 4}, max_epochs=8)
+    assert (scheduler.last_epoch, scheduler.T_max) == (3, 24)
+    lrs = []
+    for _ in range(21):
+        lrs.append(scheduler.optimizer.param_groups[0]["lr"])
+        scheduler.step()
+    assert lrs == pytest.approx([(1 + math.cos(math.pi * t / 24)) / 2 for t in range(3, 24)], abs=1e-12)
     with pytest.raises(TypeError, match="CosineAnnealingLR"):
         EpochLengthAdapter(torch.optim.lr_scheduler.StepLR(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))]), 2))
 
@@ -261,7 +278,7 @@ def test_multi_gpu_overrides(bundle):
     assert targets == [
         "CheckpointLoader",
         "gcl_monai.handlers.EpochLengthAdapter",
-        "CheckpointSaver",
+        "gcl_monai.handlers.AtomicCheckpointSaver",
         "gcl_monai.handlers.BroadcastParameters",
     ]
 

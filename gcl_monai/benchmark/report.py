@@ -24,6 +24,7 @@ __all__ = [
     "paired_values",
     "pretraining_summary",
     "read_results",
+    "read_pretrain_scalars",
     "read_scalars",
     "t_quantile_975",
     "write_report",
@@ -279,15 +280,20 @@ def _smooth(values: np.ndarray) -> np.ndarray:
     return np.convolve(values, np.ones(window) / window, mode="valid")
 
 
-def plot_pretrain_curves(folder: Path, plan: Mapping[str, Any], path: Path) -> Path | None:
+def read_pretrain_scalars(folder: str | Path, plan: Mapping[str, Any]) -> dict[str, dict]:
+    """:py:func:`read_scalars` of every pre-training of the experiment that logged a loss, by method."""
+    curves = {m: read_scalars(Path(folder) / "pretrain" / m / "tensorboard") for m in plan["pretrain"]}
+    return {m: c for m, c in curves.items() if "loss" in c}
+
+
+def plot_pretrain_curves(curves: Mapping[str, dict], plan: Mapping[str, Any], path: Path) -> Path | None:
     """
-    Pre-training curves per method from the runs' TensorBoard scalars: the total loss, the mean image-wise loss
-    with the collapse level :math:`\\ln(2B - 1)`, and ``std/img`` (near 0 when the embeddings collapse).
+    Pre-training curves per method (``curves``: :py:func:`read_pretrain_scalars`): the total loss, the mean
+    image-wise loss with the collapse level :math:`\\ln(2B - 1)`, and ``std/img`` (near 0 when the embeddings
+    collapse).
     """
     from matplotlib.figure import Figure
 
-    curves = {m: read_scalars(folder / "pretrain" / m / "tensorboard") for m in plan["pretrain"]}
-    curves = {m: c for m, c in curves.items() if "loss" in c}
     if not curves:
         return None
     colours = _colours(list(plan["pretrain"]))
@@ -338,7 +344,7 @@ def _verdict(at_chance: Sequence[str], num_losses: int) -> str:
     return f"**at chance: {', '.join(at_chance)}**"
 
 
-def pretraining_summary(folder: str | Path, plan: Mapping[str, Any], stall_tol: float = 0.02) -> list[str]:
+def pretraining_summary(curves: Mapping[str, dict], plan: Mapping[str, Any], stall_tol: float = 0.02) -> list[str]:
     """
     Markdown section saying, for each pre-training of the experiment, whether its objectives learned: each
     image-wise loss (Eq. 1) and pixel-wise loss (Eq. 5) averaged over the first and the last window of iterations
@@ -349,16 +355,13 @@ def pretraining_summary(folder: str | Path, plan: Mapping[str, Any], stall_tol: 
     losses, e.g. the pixel-wise ones, may have learned) and the Dice shows the consequence.
 
     Args:
-        folder: the experiment folder (``pretrain/<method>/tensorboard``).
+        curves: the pre-trainings' scalars by method, :py:func:`read_pretrain_scalars`.
         plan: the experiment's ``plan.json``.
         stall_tol: distance to :math:`\\ln(2B - 1)` below which an image-wise loss counts as at chance.
     """
     body = []
-    for method, spec in plan["pretrain"].items():
-        scalars = read_scalars(Path(folder) / "pretrain" / method / "tensorboard")
-        if "loss" not in scalars:
-            continue
-        batch = spec["overrides"].get("batch_size")
+    for method, scalars in curves.items():
+        batch = plan["pretrain"][method]["overrides"].get("batch_size")
         chance = math.log(2 * batch - 1) if batch else math.nan
         window = max(1, min(50, len(scalars["loss"][1]) // 10))
         img = {t[len("img/"):]: _first_last(v, window) for t, (_, v) in scalars.items() if t.startswith("img/")}
@@ -407,8 +410,9 @@ def write_report(folder: str | Path) -> Path:
     csv_path = folder / "results.csv"
     rows = read_results(csv_path) if csv_path.exists() else []
     table = folder / "table.md"
-    table.write_text(markdown_report(rows, plan) + "".join(f"{line}\n" for line in pretraining_summary(folder, plan)))
+    curves = read_pretrain_scalars(folder, plan)
+    table.write_text(markdown_report(rows, plan) + "".join(f"{line}\n" for line in pretraining_summary(curves, plan)))
     plot_dice_vs_l(rows, plan, folder / "dice_vs_L.png")
-    plot_pretrain_curves(folder, plan, folder / "pretrain_curves.png")
+    plot_pretrain_curves(curves, plan, folder / "pretrain_curves.png")
     logger.info("Report written to %s.", table)
     return table

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -71,6 +72,14 @@ class EpochLengthAdapter:
     learning rate continues from the same fraction of its schedule. Iteration-level quantities derived from
     the engine state (e.g. the pace of :py:class:`gcl_monai.handlers.GradFilterPaceHandler`) follow.
 
+    When the restored schedule spans another number of iterations than the one this run was configured with
+    (the scheduler's ``T_max`` when the handler was attached; e.g. a finished run resumed with more epochs), the
+    old cosine would go on (past its end ``CosineAnnealingLR`` rises again, and from its end at ``eta_min`` the
+    recursive form stays there). The configured schedule is used instead: ``T_max`` is set to it and the
+    learning rate to its closed form at the restored iteration,
+    :math:`\eta_{min} + (\eta_0 - \eta_{min})(1 + \cos(\pi t / T_{max})) / 2`, with a logged warning; the
+    run then follows the cosine it would have had had it been configured so from the start.
+
     Args:
         lr_scheduler: iteration-level ``CosineAnnealingLR`` to rescale with the trainer, or None.
 
@@ -85,15 +94,32 @@ class EpochLengthAdapter:
             raise TypeError(f"lr_scheduler must be a CosineAnnealingLR or None, got {type(lr_scheduler).__name__}.")
         self.lr_scheduler = lr_scheduler
         self.epoch_length: int | None = None
+        self.schedule_length: int | None = None
 
     def attach(self, engine: Engine) -> None:
         self.epoch_length = engine.state.epoch_length
+        self.schedule_length = None if self.lr_scheduler is None else self.lr_scheduler.T_max
         engine.add_event_handler(Events.STARTED, self)
 
     def __call__(self, engine: Engine) -> None:
         old, new = engine.state.epoch_length, self.epoch_length
-        if old is None or new is None or old == new:
-            return
+        if old is not None and new is not None and old != new:
+            self._rescale(engine, old, new)
+        if self.lr_scheduler is not None and self.lr_scheduler.T_max != self.schedule_length:
+            self._reschedule(engine)
+
+    def _reschedule(self, engine: Engine) -> None:
+        scheduler, step = self.lr_scheduler, self.lr_scheduler.last_epoch
+        engine.logger.warning(
+            f"The checkpoint's cosine schedule spans {scheduler.T_max} iterations, this run's {self.schedule_length}"
+            f" (were the epochs changed?): continuing at iteration {step} of the configured schedule."
+        )
+        scheduler.T_max = self.schedule_length
+        cosine = (1 + math.cos(math.pi * step / scheduler.T_max)) / 2
+        for group, base_lr in zip(scheduler.optimizer.param_groups, scheduler.base_lrs):
+            group["lr"] = scheduler.eta_min + (base_lr - scheduler.eta_min) * cosine
+
+    def _rescale(self, engine: Engine, old: int, new: int) -> None:
         if engine.state.iteration != engine.state.epoch * old:
             raise ValueError(
                 f"the checkpoint was written at iteration {engine.state.iteration}, inside an epoch of {old} "

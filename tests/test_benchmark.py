@@ -126,7 +126,7 @@ def test_plan_is_paired_and_shares_pretraining(tmp_path):
         by_method.setdefault(cell.method, []).append((cell.num_labeled, cell.draw, cell.seed))
         assert cell.train_overrides["split_file"] == gcl.overrides["split_file"]
         assert cell.train_overrides["features"] == [16, 32, 64, 128, 256, 16]
-        assert cell.eval_overrides["test"]["ckpt_path"] == str(cell.model_path)
+        assert cell.eval_overrides["test"]["ckpt_path"] == str(Path(cell.train_overrides["ckpt_dir"]) / "model.pt")
     assert len({tuple(v) for v in by_method.values()}) == 1  # the same draws and seeds for every method
     frozen = [c for c in finetune if c.method == "gcl_frozen"][0]
     assert frozen.pretrain is gcl and frozen.train_overrides["freeze_encoder"] is True

@@ -19,7 +19,13 @@ from monai.handlers import CheckpointSaver
 from gcl_monai.engines import GCLEvents, GCLPretrainer
 from gcl_monai.gradients import GradMitigator, SumCombiner
 from gcl_monai.gradients.distributed import all_reduce_task_grads
-from gcl_monai.handlers import BroadcastParameters, EpochLengthAdapter, GradMitigatorHandler
+from gcl_monai.handlers import (
+    BroadcastParameters,
+    CollapseDetector,
+    EpochLengthAdapter,
+    GradMitigatorHandler,
+    RepresentationCollapse,
+)
 from gcl_monai.losses import MetaContrastiveLoss, PixelContrastiveLoss, gather_two_view_batch
 from gcl_monai.networks import GCLNet
 
@@ -195,6 +201,44 @@ class _Indexed(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return {"image": torch.rand(1, 32, 32), "image_2": torch.rand(1, 32, 32), "index": torch.tensor(i)}
+
+
+def _collapse_worker(rank: int, port: int, out_dir: str) -> None:
+    """Runs the collapse cases of :py:func:`test_collapse_decision_is_the_same_on_every_rank` on one rank."""
+    _init(rank, port)
+    healthy = {"std/img": 0.05, "img/a": 1.0}
+    flat = {"std/img": 1e-5, "img/a": 1.0}
+    cases = {
+        "one rank flat": [flat if rank == 0 else healthy] * 4,
+        "both flat from iteration 2": [healthy] + [flat] * 3,
+        "gathered, at the global chance": [{"std/img": 0.05, "img/a": math.log(2 * 4 * WORLD - 1)}] * 4,
+        "gathered, at the local chance": [{"std/img": 0.05, "img/a": math.log(2 * 4 - 1)}] * 4,
+    }
+    results = {}
+    for name, outputs in cases.items():
+        engine = Engine(lambda e, batch, outputs=outputs: outputs[e.state.iteration - 1])
+        engine.gather_negatives = name.startswith("gathered")
+        CollapseDetector(patience=2).attach(engine)
+        try:
+            engine.run([{"image": torch.zeros(4, 1, 8, 8)}] * 4)
+            results[name] = ("finished", engine.state.iteration)
+        except RepresentationCollapse:
+            results[name] = ("collapse", engine.state.iteration)
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
+    dist.destroy_process_group()
+
+
+def test_collapse_decision_is_the_same_on_every_rank(tmp_path):
+    """No rank raises alone (the others would wait in the next collective); B is global with gathered negatives."""
+    _spawn(_collapse_worker, str(tmp_path))
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    assert ranks[0] == ranks[1]
+    assert ranks[0] == {
+        "one rank flat": ["finished", 4],
+        "both flat from iteration 2": ["collapse", 3],
+        "gathered, at the global chance": ["collapse", 2],
+        "gathered, at the local chance": ["finished", 4],
+    }
 
 
 def test_distributed_sampler_is_reshuffled_every_epoch():

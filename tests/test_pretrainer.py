@@ -1,9 +1,10 @@
 import copy
+import math
 from pathlib import Path
 
 import pytest
 import torch
-from ignite.engine import Events
+from ignite.engine import Engine, Events
 from monai.handlers import CheckpointLoader
 from monai.networks.nets import BasicUNet
 
@@ -13,10 +14,12 @@ from gcl_monai.engines import GCLPretrainer
 from gcl_monai.gradients import GradMitigator, SumCombiner
 from gcl_monai.handlers import (
     AtomicCheckpointSaver,
+    CollapseDetector,
     EncoderExporter,
     EpochSeedHandler,
     GradFilterPaceHandler,
     GradMitigatorHandler,
+    RepresentationCollapse,
     latest_checkpoint,
 )
 from gcl_monai.losses import GradFilter, PixelContrastiveLoss
@@ -179,6 +182,36 @@ def test_latest_checkpoint_skips_truncated_files(tmp_path, caplog):
     assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_epoch=1.pt")
     torch.save({}, tmp_path / "checkpoint_final_iteration=5.pt")
     assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_final_iteration=5.pt")
+
+
+def _watched(outputs, batch_size=4, **detector_args):
+    """An engine whose iterations output ``outputs`` (one dict each) for batches of ``batch_size`` images."""
+    engine = Engine(lambda e, batch: outputs[e.state.iteration - 1])
+    detector = CollapseDetector(**detector_args)
+    detector.attach(engine)
+    return engine, [{"image": torch.zeros(batch_size, 1, 8, 8)}] * len(outputs)
+
+
+def test_collapse_detector_acts_after_patience_consecutive_iterations():
+    chance = math.log(2 * 4 - 1)
+    healthy = {"std/img": 0.05, "img/patient_id": 1.5, "img/slice_quantile": 1.2}
+    flat = {"std/img": 1e-5, "img/patient_id": 1.5, "img/slice_quantile": 1.2}
+    at_chance = {"std/img": 0.05, "img/patient_id": chance + 5e-4, "img/slice_quantile": chance - 5e-4}
+    one_at_chance = {**at_chance, "img/slice_quantile": 1.2}
+    # a healthy iteration resets the count: 2 + 1 healthy + 3 collapsed -> raises at iteration 6, not before
+    engine, data = _watched([flat, at_chance, healthy, at_chance, flat, flat, healthy], patience=3)
+    with pytest.raises(RepresentationCollapse, match="iteration 6"):
+        engine.run(data)
+    assert engine.state.collapsed and engine.state.iteration == 6
+    # one meta label at chance is not a collapse
+    engine, data = _watched([one_at_chance] * 5, patience=3)
+    engine.run(data)
+    assert not engine.state.collapsed and engine.state.iteration == 5
+    engine, data = _watched([flat] * 5, patience=2, action="terminate")
+    engine.run(data)
+    assert engine.state.collapsed and engine.state.iteration == 2
+    with pytest.raises(ValueError, match="action"):
+        CollapseDetector(action="warn")
 
 
 def test_encoder_export_loads_into_basic_unet(tmp_path):

@@ -6,6 +6,7 @@ import logging
 import math
 from typing import TYPE_CHECKING
 
+import ignite.distributed as idist
 from ignite.engine import Events
 
 if TYPE_CHECKING:
@@ -30,6 +31,12 @@ class CollapseDetector:
     :py:class:`RepresentationCollapse` (``action="raise"``) or logs an error and terminates the run
     (``action="terminate"``); either way ``engine.state.collapsed`` is set to True.
 
+    Under ``torch.distributed`` every rank decides the same: an iteration counts as collapsed when it does on all
+    ranks (one all-reduce of a flag per iteration, through ``ignite.distributed``), so all ranks stop at the same
+    iteration instead of one raising while the others wait in the next collective. With the trainer's
+    ``gather_negatives``, the image-wise losses are computed over the batch of all ranks, and :math:`B` is the
+    global batch.
+
     Args:
         patience: consecutive collapsed iterations before acting.
         min_std: threshold of ``"std/img"`` (a healthy 128-D unit embedding has about 1 / sqrt(128) = 0.088).
@@ -52,10 +59,14 @@ class CollapseDetector:
 
     def __call__(self, engine: Engine) -> None:
         out = engine.state.output
-        chance = math.log(2 * len(engine.state.batch["image"]) - 1)
+        batch = len(engine.state.batch["image"])
+        if getattr(engine, "gather_negatives", False):
+            batch *= idist.get_world_size()
+        chance = math.log(2 * batch - 1)
         img_losses = [float(v) for k, v in out.items() if k.startswith("img/")]
         stuck = bool(img_losses) and all(abs(v - chance) < self.loss_tol for v in img_losses)
-        self._count = self._count + 1 if stuck or float(out["std/img"]) < self.min_std else 0
+        collapsed = idist.all_reduce(float(stuck or float(out["std/img"]) < self.min_std), op="MIN") > 0.5
+        self._count = self._count + 1 if collapsed else 0
         if self._count < self.patience:
             return
         engine.state.collapsed = True

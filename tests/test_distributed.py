@@ -14,12 +14,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from ignite.engine import Engine, Events
 from monai.bundle import ConfigParser
-from monai.handlers import CheckpointSaver
 
 from gcl_monai.engines import GCLEvents, GCLPretrainer
 from gcl_monai.gradients import GradMitigator, SumCombiner
 from gcl_monai.gradients.distributed import all_reduce_task_grads
 from gcl_monai.handlers import (
+    AtomicCheckpointSaver,
     BroadcastParameters,
     CollapseDetector,
     EpochLengthAdapter,
@@ -105,7 +105,7 @@ def _mitigated_worker(rank: int, port: int, out_dir: str) -> None:
     handler.attach(trainer)
     BroadcastParameters(net).attach(trainer)
     saved = {"network": net, "mitigator": handler}
-    CheckpointSaver(str(Path(out_dir) / f"ckpt{rank}"), saved, save_interval=1).attach(trainer)
+    AtomicCheckpointSaver(str(Path(out_dir) / f"ckpt{rank}"), saved, save_interval=1).attach(trainer)
     trainer.run()
     torch.save({"params": net.state_dict(), "targets": mitigator.targets}, Path(out_dir) / f"rank{rank}.pt")
     dist.destroy_process_group()

@@ -18,22 +18,39 @@ logger = logging.getLogger(__name__)
 
 class AtomicCheckpointSaver(CheckpointSaver):
     """
-    :py:class:`monai.handlers.CheckpointSaver` whose epoch/iteration-interval and final checkpoints are written
+    :py:class:`monai.handlers.CheckpointSaver` whose checkpoints (interval, final and key-metric) are written
     atomically: to a temporary file in ``save_dir``, then renamed (ignite's ``DiskSaver(atomic=True)``).
 
     MONAI's saver writes in place (``atomic=False``), and ignite's ``Checkpoint`` removes the oldest kept file
     *before* writing the next one; a run killed while a checkpoint is being written therefore leaves a truncated
-    file under the final name, which the resumed run cannot load. With this saver a checkpoint file exists only
-    once it is complete; with ``n_saved >= 2`` the previous one is still there while the next is written, so a
-    kill at any moment loses at most one interval of work. The key-metric checkpoint (fixed ``key_metric_filename``
-    support) keeps MONAI's own writer. The arguments are those of :py:class:`monai.handlers.CheckpointSaver`.
+    file under the final name, which the resumed run (or an inference bundle) cannot load. With this saver a
+    checkpoint file exists only once it is complete; with ``n_saved >= 2`` the previous one is still there while
+    the next is written, so a kill at any moment loses at most one interval of work. A fixed file name
+    (``final_filename``, ``key_metric_filename``, e.g. the best ``model.pt``) is replaced by the rename, never
+    removed first, so it always holds the last complete checkpoint. The arguments are those of
+    :py:class:`monai.handlers.CheckpointSaver`.
     """
 
     def __init__(self, save_dir: str, *args, **kwargs) -> None:
         super().__init__(save_dir, *args, **kwargs)
-        for checkpoint in (self._interval_checkpoint, self._final_checkpoint):
-            if checkpoint is not None and checkpoint.save_handler.filename is None:
-                checkpoint.save_handler = DiskSaver(dirname=save_dir, require_empty=False, atomic=True)
+        for checkpoint in (self._interval_checkpoint, self._final_checkpoint, self._key_metric_checkpoint):
+            if checkpoint is not None:
+                checkpoint.save_handler = _AtomicDiskSaver(save_dir, checkpoint.save_handler.filename)
+
+
+class _AtomicDiskSaver(DiskSaver):
+    """ignite's atomic ``DiskSaver``; with ``filename``, every checkpoint goes to that name, replacing the last."""
+
+    def __init__(self, dirname: str, filename: str | None = None) -> None:
+        super().__init__(dirname=dirname, require_empty=False, atomic=True)
+        self.filename = filename
+
+    def __call__(self, checkpoint, filename: str, metadata=None) -> None:
+        super().__call__(checkpoint, self.filename or filename, metadata)
+
+    def remove(self, filename: str) -> None:
+        if self.filename is None:  # a fixed name is replaced by the next write instead
+            super().remove(filename)
 
 
 def latest_checkpoint(folder: str | os.PathLike, prefix: str = "checkpoint") -> str | None:

@@ -77,7 +77,7 @@ class EpochLengthAdapter:
     old cosine would go on (past its end ``CosineAnnealingLR`` rises again, and from its end at ``eta_min`` the
     recursive form stays there). The configured schedule is used instead: ``T_max`` is set to it and the
     learning rate to its closed form at the restored iteration,
-    :math:`\eta_{min} + (\eta_0 - \eta_{min})(1 + \cos(\pi t / T_{max})) / 2`, with a logged warning; the
+    :math:`\\eta_{min} + (\\eta_0 - \\eta_{min})(1 + \\cos(\\pi t / T_{max})) / 2`, with a logged warning; the
     run then follows the cosine it would have had had it been configured so from the start.
 
     Args:

@@ -358,3 +358,59 @@ def test_min_target_mitigates_a_persistent_conflict():
 def test_min_target_out_of_range():
     with pytest.raises(ValueError, match="min_target"):
         GradMitigator(num_tasks=2, min_target=1.5)
+
+
+@pytest.mark.parametrize("granularity", ["parameter", "global"])
+def test_combine_never_reads_the_device(granularity):
+    # on the meta device every read of a value on the host raises: combine and summary(as_tensors=True) queue
+    # work only (no .item(), no branch on a tensor value), which is what keeps an accelerator busy
+    grads = [[torch.empty(s, device="meta") for s in SHAPES] for _ in range(3)]
+    mitigator = GradMitigator(3, granularity=granularity, min_target=0.0)
+    for _ in range(2):
+        out = mitigator.combine(grads)
+    assert [o.shape for o in out] == [torch.Size(s) for s in SHAPES] and all(o.is_meta for o in out)
+    stats = mitigator.summary(as_tensors=True)
+    assert len(stats) == 3 * 3 * 2 + 1 and all(v.is_meta and v.ndim == 0 for v in stats.values())
+
+
+def test_summary_as_tensors_equals_summary():
+    gen = torch.Generator().manual_seed(6)
+    mitigator = GradMitigator(3, beta=0.2)
+    assert mitigator.summary(as_tensors=True) == {}
+    grads = _random_grads(3, SHAPES, gen)
+    grads[2] = [g - 0.8 * h for g, h in zip(grads[2], grads[0])]
+    grads[1][0] = torch.zeros(SHAPES[0])  # an undefined cosine: nanmean ignores it
+    mitigator.combine(grads)
+    floats, tensors = mitigator.summary(), mitigator.summary(as_tensors=True)
+    assert floats.keys() == tensors.keys() and 0 < floats["change"]
+    assert all(isinstance(v, float) for v in floats.values())
+    assert all(float(tensors[k]) == v for k, v in floats.items())
+    acted = mitigator.last_acted.float().mean(-1)
+    assert floats["acted_2_0"] == pytest.approx(float(acted[2, 0])) and floats["acted_0_2"] == pytest.approx(
+        float(acted[0, 2])
+    )
+    assert floats["cos_0_1"] == pytest.approx(float(torch.nanmean(mitigator.last_cosine[0, 1])))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_combine_without_synchronisation():
+    gen = torch.Generator().manual_seed(7)
+    grads = [[g.cuda() for g in task] for task in _random_grads(3, SHAPES, gen)]
+    cpu, gpu = GradMitigator(3, beta=0.3), GradMitigator(3, beta=0.3)
+    gpu.combine(grads)  # first call: layout and state set-up
+    torch.cuda.synchronize()
+    bad = [[g.clone() for g in task] for task in grads]
+    bad[1][2][0, 1, 0] = float("nan")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = gpu.combine(grads)
+        gpu.combine(bad)
+        stats = gpu.summary(as_tensors=True)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    cpu.combine([[g.cpu() for g in task] for task in grads])
+    expected = cpu.combine([[g.cpu() for g in task] for task in grads])
+    assert all(torch.allclose(o.cpu(), e, atol=1e-6) for o, e in zip(out, expected))
+    assert stats["change"].is_cuda
+    with pytest.warns(RuntimeWarning, match=r"task 1 has non-finite entries in parameter\(s\) \[2\]"):
+        gpu.summary()

@@ -48,7 +48,9 @@ class GradientLayout:
         self.num_blocks = sum(self.padded) // BLOCK_SIZE
         self.num_segments = len(self.shapes) if per_parameter else 1
         blocks_per_param = torch.tensor([p // BLOCK_SIZE for p in self.padded], device=device)
-        self.param_ids = torch.repeat_interleave(torch.arange(len(self.shapes), device=device), blocks_per_param)
+        self.param_ids = torch.repeat_interleave(
+            torch.arange(len(self.shapes), device=device), blocks_per_param, output_size=self.num_blocks
+        )
         self.block_ids = self.param_ids if per_parameter else torch.zeros_like(self.param_ids)
         zeros = torch.zeros(BLOCK_SIZE, device=device, dtype=dtype)
         self._pads = [zeros[: p - n] for n, p in zip(self.numels, self.padded)]
@@ -165,8 +167,11 @@ class GradientCombiner(ABC):
         """Restores a state returned by :meth:`state_dict`."""
 
     @abstractmethod
-    def summary(self) -> dict[str, float]:
-        """Returns scalars describing the last call of :meth:`combine`, for logging."""
+    def summary(self, as_tensors: bool = False) -> dict[str, float] | dict[str, torch.Tensor]:
+        """
+        Returns scalars describing the last call of :meth:`combine`, for logging: floats, or with ``as_tensors``
+        0-d tensors left on the gradients' device (reading them is then up to the logger).
+        """
 
     def _check_num_tasks(self, state_dict: dict[str, Any]) -> None:
         """

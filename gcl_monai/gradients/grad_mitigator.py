@@ -53,7 +53,9 @@ class GradMitigator(GradientCombiner):
     ``|g'_i|^2 = c_i^T G c_i``), and the output ``sum_m a_m g_m`` is formed in a second pass. The only Python
     loop is over the ``M (M - 1)`` task pairs, each step vectorised over all parameters. The results match
     the explicit vector updates up to the float32 rounding of the Gram entries (relative ~1e-7 of
-    ``|g|^2``); a packing buffer of ``M`` gradient copies is kept between calls.
+    ``|g|^2``); a packing buffer of ``M`` gradient copies is kept between calls. Nothing in :meth:`combine`
+    reads a value on the host (no ``.item()``, no branch on a tensor value): on an accelerator the call only
+    queues kernels and returns, and :meth:`summary` with ``as_tensors=True`` keeps the statistics on the device.
 
     Degenerate inputs never produce NaN or inf in the output or in the targets:
 
@@ -63,7 +65,9 @@ class GradMitigator(GradientCombiner):
         - non-finite entries (NaN/inf) in the gradient of task ``m`` for parameter ``p``: that whole tensor
           is treated as zero for this step (so task ``m`` contributes zero to the mean for ``p`` and its
           cosines with ``p`` are undefined, see above), and a ``RuntimeWarning`` naming ``m`` and ``p`` is
-          emitted. With ``granularity="global"`` only the entries of parameter ``p`` are zeroed.
+          emitted (on the CPU by this call; on an accelerator once the mask has reached the host, at the latest
+          by the next :meth:`summary`). With ``granularity="global"`` only the entries of parameter ``p`` are
+          zeroed.
         - targets close to or at ``+-1``: the target is clamped to ``[-1 + 1e-6, 1 - 1e-6]`` before it is
           compared with ``w_ij`` and used in Eq. (3) (so the coefficient stays finite and non-negative); the
           stored EMA value itself is not clamped. ``w_ij`` is clamped to ``[-1, 1]`` against rounding.
@@ -121,6 +125,8 @@ class GradMitigator(GradientCombiner):
         self._last_cosine: torch.Tensor | None = None
         self._last_acted: torch.Tensor | None = None
         self._last_change: torch.Tensor | None = None
+        self._pending_non_finite: list[tuple[torch.Tensor, torch.cuda.Event]] = []
+        self._pending_device_non_finite: torch.Tensor | None = None
         self._step = 0
 
     @property
@@ -160,10 +166,8 @@ class GradMitigator(GradientCombiner):
         self._prepare_state(layout)
         with torch.no_grad():
             g = layout.pack(grads)
+            non_finite = self._zero_non_finite(g, layout)
             gram = self._gram(g, layout)
-            if not bool(torch.isfinite(gram.diagonal()).all()):
-                self._zero_non_finite(g, layout)
-                gram = self._gram(g, layout)
             norms = gram.diagonal().T.sqrt()
             weights = gram.new_zeros(self.num_tasks, layout.num_segments)
             for i in range(self.num_tasks):
@@ -182,6 +186,7 @@ class GradMitigator(GradientCombiner):
             for m in range(1, self.num_tasks):
                 out.addcmul_(weights[m], g[m])
         self._step += 1
+        self._report_non_finite(non_finite)
         return layout.unpack(out, grads[0])
 
     def _relative_change(self, weights: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
@@ -198,10 +203,50 @@ class GradMitigator(GradientCombiner):
         blocks = torch.einsum("mkc,nkc->mnk", g, g)
         return layout.segment_sum(blocks.to(torch.float64 if g.device.type != "mps" else g.dtype))
 
-    def _zero_non_finite(self, g: torch.Tensor, layout: GradientLayout) -> None:
-        """Zero (in place) the parameters of ``g`` holding NaN/inf and warn, naming the task and parameters."""
+    @staticmethod
+    def _zero_non_finite(g: torch.Tensor, layout: GradientLayout) -> torch.Tensor:
+        """
+        Zero (in place) every parameter of every task in ``g`` that holds NaN/inf, without reading any value on
+        the host; returns the ``(M, num_parameters)`` boolean mask of the zeroed parameters.
+        """
         bad_blocks = ~torch.isfinite(g).all(dim=-1)
         bad = layout.segment_sum(bad_blocks.to(g.dtype), per_parameter=True) > 0
+        g.masked_fill_(bad[:, layout.param_ids].unsqueeze(-1), 0)
+        return bad
+
+    def _report_non_finite(self, bad: torch.Tensor) -> None:
+        """
+        Warn about the parameters zeroed by :meth:`_zero_non_finite`. On the CPU this happens at once. On CUDA the
+        mask is copied to the host asynchronously and the warning is emitted by the first later :meth:`combine`
+        that finds the copy finished, or by :meth:`summary` (which waits for it); on other devices the masks are
+        accumulated (logical or) until the next :meth:`summary`. The training path never waits for the device.
+        """
+        if bad.device.type == "cpu":
+            self._warn_non_finite(bad)
+        elif bad.device.type == "cuda":
+            host = torch.empty(bad.shape, dtype=torch.bool, pin_memory=True)
+            host.copy_(bad, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            self._pending_non_finite.append((host, done))
+            self._flush_non_finite(wait=False)
+        else:
+            self._pending_device_non_finite = (
+                bad if self._pending_device_non_finite is None else self._pending_device_non_finite | bad
+            )
+
+    def _flush_non_finite(self, wait: bool) -> None:
+        """Emit the warnings of the pending masks whose host copy has finished (all of them if ``wait``)."""
+        while self._pending_non_finite and (wait or self._pending_non_finite[0][1].query()):
+            host, done = self._pending_non_finite.pop(0)
+            done.synchronize()
+            self._warn_non_finite(host)
+        if wait and self._pending_device_non_finite is not None:
+            self._warn_non_finite(self._pending_device_non_finite)
+            self._pending_device_non_finite = None
+
+    @staticmethod
+    def _warn_non_finite(bad: torch.Tensor) -> None:
         for m, row in enumerate(bad.tolist()):
             params = [p for p, is_bad in enumerate(row) if is_bad]
             if params:
@@ -209,9 +254,8 @@ class GradMitigator(GradientCombiner):
                     f"GradMitigator: the gradient of task {m} has non-finite entries in parameter(s) {params}; "
                     "they are treated as zero for this step.",
                     RuntimeWarning,
-                    stacklevel=3,
+                    stacklevel=4,
                 )
-        g[bad[:, layout.param_ids]] = 0
 
     def _prepare_state(self, layout: GradientLayout) -> None:
         """Create the targets lazily (or move the loaded ones to the gradients' device/dtype), reset the cosines."""
@@ -258,8 +302,14 @@ class GradMitigator(GradientCombiner):
         """
         return None if self._last_acted is None else self._last_acted.clone()
 
-    def summary(self) -> dict[str, float]:
+    def summary(self, as_tensors: bool = False) -> dict[str, float] | dict[str, torch.Tensor]:
         """
+        Args:
+            as_tensors: return 0-d tensors on the gradients' device instead of floats: nothing waits for the
+                device (for logging every iteration, e.g. by :py:class:`gcl_monai.handlers.GradMitigatorHandler`;
+                ``float()`` of an entry reads it). With the default the values are read in one transfer, and
+                the warnings about non-finite gradients still pending on an accelerator are emitted.
+
         Returns:
             for every pair ``i != j``: ``cos_i_j``, the mean over parameters of the last cosines (ignoring
             undefined ones; NaN if all are undefined), ``target_i_j``, the mean over parameters of the
@@ -268,21 +318,28 @@ class GradMitigator(GradientCombiner):
             nothing was mitigated). Empty before the first :meth:`combine` (only targets after a
             :meth:`load_state_dict`).
         """
-        result: dict[str, float] = {}
-        cos = None if self._last_cosine is None else torch.nanmean(self._last_cosine, dim=-1).tolist()
-        tgt = None if self._targets is None else self._targets.mean(dim=-1).tolist()
-        acted = None if self._last_acted is None else self._last_acted.float().mean(dim=-1).tolist()
-        for i in range(self.num_tasks):
-            for j in range(self.num_tasks):
-                if i != j and cos is not None:
-                    result[f"cos_{i}_{j}"] = cos[i][j]
-                if i != j and tgt is not None:
-                    result[f"target_{i}_{j}"] = tgt[i][j]
-                if i != j and acted is not None:
-                    result[f"acted_{i}_{j}"] = acted[i][j]
+        names: list[str] = []
+        values: list[torch.Tensor] = []
+        pairs = [(i, j) for i in range(self.num_tasks) for j in range(self.num_tasks) if i != j]
+        for prefix, per_pair in (
+            ("cos", None if self._last_cosine is None else torch.nanmean(self._last_cosine, dim=-1)),
+            ("target", None if self._targets is None else self._targets.mean(dim=-1)),
+            ("acted", None if self._last_acted is None else self._last_acted.to(self._last_cosine.dtype).mean(-1)),
+        ):
+            if per_pair is not None:
+                names += [f"{prefix}_{i}_{j}" for i, j in pairs]
+                values.append(per_pair.flatten()[_off_diagonal(self.num_tasks, per_pair.device)])
         if self._last_change is not None:
-            result["change"] = float(self._last_change)
-        return result
+            names.append("change")
+            values.append(self._last_change.reshape(1))
+        if not values:
+            return {}
+        dtype = torch.float32 if values[0].device.type == "mps" else torch.float64
+        stacked = torch.cat([v.to(dtype) for v in values])
+        if as_tensors:
+            return dict(zip(names, stacked.unbind()))
+        self._flush_non_finite(wait=True)
+        return dict(zip(names, stacked.tolist()))
 
     def state_dict(self) -> dict[str, Any]:
         """
@@ -337,3 +394,10 @@ class GradMitigator(GradientCombiner):
         self._last_cosine = None
         self._last_acted = None
         self._last_change = None
+
+
+def _off_diagonal(num_tasks: int, device: torch.device) -> torch.Tensor:
+    """Flat indices of the off-diagonal entries of an ``(M, M)`` matrix, row by row, built on ``device``."""
+    k = torch.arange(num_tasks * (num_tasks - 1), device=device)
+    i, j = k // max(num_tasks - 1, 1), k % max(num_tasks - 1, 1)
+    return i * num_tasks + j + (j >= i).long()

@@ -53,7 +53,7 @@ class SumCombiner(GradientCombiner):
                 out.add_(g[m], alpha=1.0 / self.num_tasks)
         return layout.unpack(out, grads[0])
 
-    def summary(self) -> dict[str, float]:
+    def summary(self, as_tensors: bool = False) -> dict[str, float]:
         """Returns an empty dictionary (nothing to log)."""
         return {}
 

@@ -23,10 +23,12 @@ class GradMitigatorHandler:
     ``combiner`` is a :py:class:`gcl_monai.gradients.GradMitigator` for GCL, or a
     :py:class:`gcl_monai.gradients.SumCombiner` for the "multi meta labels summed" ablation. The handler
     forwards ``state_dict``/``load_state_dict`` to it, so it can be passed to a ``CheckpointSaver``.
-    Scalar summaries (cosine similarities and EMA targets) are put in ``engine.state.gradient_stats``.
+    Scalar summaries (cosine similarities and EMA targets) are put in ``engine.state.gradient_stats`` as 0-d
+    tensors on the gradients' device (``combiner.summary(as_tensors=True)``), so that nothing waits for the device
+    before the optimizer step; the loggers read them (MONAI's stats handlers accept tensors).
 
     Args:
-        combiner: object with ``combine(grads)``, ``summary()``, ``state_dict()`` and ``load_state_dict()``.
+        combiner: object with ``combine(grads)``, ``summary(as_tensors)``, ``state_dict()`` and ``load_state_dict()``.
         distributed: average the gradients across ranks before combining (ignored in a single process).
     """
 
@@ -44,7 +46,7 @@ class GradMitigatorHandler:
         for param, grad in zip(engine.state.task_params, self.combiner.combine(grads)):
             param.grad = grad
         engine.state.task_grads = None
-        engine.state.gradient_stats = self.combiner.summary()
+        engine.state.gradient_stats = self.combiner.summary(as_tensors=True)
 
     def state_dict(self) -> dict:
         return self.combiner.state_dict()

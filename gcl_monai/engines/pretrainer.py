@@ -10,6 +10,7 @@ from monai.engines.utils import IterationEvents
 from monai.utils import CommonKeys as Keys
 from torch.optim.optimizer import Optimizer
 
+from gcl_monai.gradients.backward import task_gradients
 from gcl_monai.losses import (
     GradFilter,
     LastLayerJacobian,
@@ -67,6 +68,9 @@ class GCLPretrainer(Trainer):
             objective (number of negatives, meta-label positives, hence the tuned temperature and batch size)
             does not change with the number of ranks, and no collective runs in the forward and backward passes;
             the update is then the average of per-rank mini-batch gradients. No effect in a single process.
+        batched_backward: compute the per-meta-label gradients in one batched backward pass instead of one pass per
+            meta label (:py:func:`gcl_monai.gradients.task_gradients`; equal values, the faster one depends on the
+            device, see ``benchmarks/bench_pretrain_iteration.py``). Defaults to False.
         epoch_length, non_blocking, iteration_update, train_handlers, event_names, event_to_attr, to_kwargs:
             as in :py:class:`monai.engines.SupervisedTrainer`.
 
@@ -89,6 +93,7 @@ class GCLPretrainer(Trainer):
         grad_filter: GradFilter | None = None,
         view_keys: Sequence[str] = ("image", "image_2"),
         gather_negatives: bool = False,
+        batched_backward: bool = False,
         epoch_length: int | None = None,
         non_blocking: bool = False,
         iteration_update: Callable | None = None,
@@ -108,6 +113,7 @@ class GCLPretrainer(Trainer):
         self.grad_filter = grad_filter
         self.view_keys = tuple(view_keys)
         self.gather_negatives = gather_negatives
+        self.batched_backward = batched_backward
         super().__init__(
             device=device,
             max_epochs=max_epochs,
@@ -183,15 +189,7 @@ class GCLPretrainer(Trainer):
 
         params = [p for p in engine.network.parameters() if p.requires_grad]
         engine.state.task_params = params
-        engine.state.task_grads = [
-            [
-                torch.zeros_like(p) if g is None else g
-                for p, g in zip(
-                    params, torch.autograd.grad(loss, params, retain_graph=i < len(task_losses) - 1, allow_unused=True)
-                )
-            ]
-            for i, loss in enumerate(task_losses)
-        ]
+        engine.state.task_grads = task_gradients(task_losses, params, batched=engine.batched_backward)
         engine.fire_event(IterationEvents.BACKWARD_COMPLETED)
         engine.fire_event(GCLEvents.GRADIENTS_COMPUTED)
         if engine.state.task_grads is not None:

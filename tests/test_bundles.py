@@ -208,3 +208,22 @@ def test_missing_dataset_dir_fails_before_work(tmp_path):
         err = err.__cause__
     assert any("nowhere" in m and "layout" in m.lower() for m in messages), messages
     assert not (tmp_path / "outputs" / "split.json").exists()
+
+
+@pytest.mark.parametrize("config", ["pretrain.json", "train.json"])
+@pytest.mark.parametrize("cuda", [False, True])
+def test_loader_workers_on_cuda_only(config, cuda, monkeypatch):
+    """On a GPU the training loader uses persistent workers and pinned memory; on a CPU it stays in the main process."""
+    from monai.bundle import ConfigParser
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    parser = ConfigParser()
+    parser.read_config(str(DEMO / config))
+    workers = parser.get_parsed_content("num_workers")
+    assert workers == (4 if cuda else 0)
+    assert parser.get_parsed_content("train#dataloader#pin_memory") is cuda
+    assert parser.get_parsed_content("train#dataloader#persistent_workers") is cuda
+    parser["num_workers"] = 3  # a user override reaches the loader
+    assert parser.get_parsed_content("train#dataloader#persistent_workers", lazy=False) is True

@@ -186,3 +186,53 @@ def test_real_acdc_volumes_keep_their_labels():
     assert set(labels.unique().tolist()) == {0.0, 1.0, 2.0, 3.0}
     assert all(item["image"].shape == (1, 128, 128) for item in ds.data)
     assert [r.organ_state for r in ds.slice_table] == [0] * depths[0] + [1] * depths[1]
+
+
+def _epoch_views(ds: SliceDataset, num_workers: int, epochs=(1, 2)) -> list[torch.Tensor]:
+    loader = DataLoader(
+        ds, batch_size=4, shuffle=False, num_workers=num_workers, persistent_workers=num_workers > 0
+    )
+    views = []
+    for epoch in epochs:
+        ds.set_epoch_seed(100 + epoch)
+        views.append(torch.cat([torch.cat([b["image"], b["image_2"]], 1) for b in loader]))
+    return views
+
+
+def test_epoch_seed_gives_the_same_views_with_persistent_workers(tmp_path):
+    ds = SliceDataset(make_volumes(tmp_path), volume_transforms(image_size=16), pretrain_transforms(16, seed=0))
+    serial = _epoch_views(ds, num_workers=0)
+    workers = _epoch_views(ds, num_workers=2)
+    assert all(torch.equal(a, b) for a, b in zip(serial, workers))
+    assert not torch.equal(serial[0], serial[1])  # another epoch, other views
+    assert not torch.equal(serial[0][:, 0], serial[0][:, 1])  # two different views of each slice
+    # a slice's views depend on (epoch seed, index) only, not on which slices were drawn before
+    ds.set_epoch_seed(101)
+    assert torch.equal(torch.cat([ds[5]["image"], ds[5]["image_2"]]), serial[0][5])
+    with pytest.raises(ValueError, match="non-negative"):
+        ds.set_epoch_seed(-1)
+
+
+def test_epoch_seed_keeps_the_view_distribution(tmp_path):
+    """Per-slice seeding draws views from the same distribution as the default per-process random stream."""
+    from scipy.stats import ks_2samp
+
+    ds = SliceDataset(make_volumes(tmp_path, depths=(4,)), volume_transforms(image_size=16), pretrain_transforms(16))
+    ds.set_epoch_seed(None)
+    set_determinism(seed=0)
+    stream = [ds[1]["image"] for _ in range(300)]
+    seeded = []
+    for epoch in range(300):
+        ds.set_epoch_seed(epoch)
+        seeded.append(ds[1]["image"])
+    set_determinism(seed=None)
+    # statistics of the views: mean intensity (crop, gamma, scaling, shift), spread (noise, blur), left-right
+    # asymmetry (flips, rotations)
+    for stat in (
+        lambda v: v.mean(),
+        lambda v: v.std(),
+        lambda v: v[..., :8].mean() - v[..., 8:].mean(),
+    ):
+        a, b = [float(stat(v)) for v in stream], [float(stat(v)) for v in seeded]
+        assert ks_2samp(a, b).pvalue > 1e-3
+    assert len({round(float(v.mean()), 6) for v in seeded}) > 250  # the seeds are not reused

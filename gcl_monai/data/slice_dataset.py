@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from monai.data import Dataset, PersistentDataset
 from monai.data.utils import pickle_hashing
-from monai.transforms import Compose, apply_transform
+from monai.transforms import Compose, Randomizable, apply_transform
 from monai.utils import TraceKeys, optional_import
 
 tqdm, has_tqdm = optional_import("tqdm", name="tqdm")
@@ -76,7 +76,8 @@ class SliceDataset(Dataset):
 
     ``transform`` (random, e.g. :func:`gcl_monai.transforms.pretrain_transforms`) is applied to a copy of one
     slice at each ``__getitem__``. As a subclass of ``monai.data.Dataset`` its random state is seeded by
-    MONAI's ``DataLoader`` (``set_rnd``).
+    MONAI's ``DataLoader`` (``set_rnd``); after :meth:`set_epoch_seed` it is instead a function of the epoch
+    seed and the slice index, in every worker process.
 
     ``len()`` is the number of slices. :attr:`slice_table` holds one :class:`SliceRecord`
     ``(volume_index, slice_index, patient_id, slice_quantile, organ_state)`` per slice, for samplers
@@ -145,6 +146,8 @@ class SliceDataset(Dataset):
         self.volume_data = data
         self.slice_table = table
         self.copy_cache = copy_cache
+        self._epoch_seed = torch.full((1,), -1, dtype=torch.int64).share_memory_()
+        self._randomizables: list[Randomizable] | None = None
         logger.info("SliceDataset: %d slices from %d volumes.", len(slices), len(data))
 
     @staticmethod
@@ -160,6 +163,52 @@ class SliceDataset(Dataset):
                     return list(show(pool.imap(volumes.__getitem__, indices)))
             return [volumes[i] for i in show(indices)]
 
+    def set_epoch_seed(self, seed: int | None) -> None:
+        """
+        Make the random transform of every slice a function of ``(seed, index)`` only: before transforming slice
+        ``index``, the random state of every randomizable transform in ``transform`` (found through the
+        attributes, e.g. the transforms of a ``Compose`` and their inner random transforms) is re-seeded in place
+        from ``numpy.random.SeedSequence([seed, index])``, each with its own seed. The seed lives in
+        shared memory, so it reaches DataLoader worker processes too, persistent ones included: an epoch then
+        draws the same views whatever the number of workers, and a resumed run the same views as an
+        uninterrupted one (set by :py:class:`gcl_monai.handlers.EpochSeedHandler` at every epoch). ``None``
+        restores the default: one random stream per process, re-seeded by MONAI's ``DataLoader``.
+
+        Raises:
+            ValueError: When ``seed`` is negative.
+        """
+        if seed is not None and seed < 0:
+            raise ValueError(f"the epoch seed must be non-negative, got {seed}.")
+        self._epoch_seed[0] = -1 if seed is None else int(seed)
+
     def _transform(self, index: int) -> Any:
         item = deepcopy(self.data[index]) if self.copy_cache else self.data[index]
+        seed = int(self._epoch_seed[0])
+        if seed >= 0:
+            if self._randomizables is None:
+                self._randomizables = _randomizables(self.transform)
+            item_seeds = np.random.SeedSequence([seed, index]).generate_state(len(self._randomizables))
+            for randomizable, item_seed in zip(self._randomizables, item_seeds.tolist()):
+                randomizable.R.seed(item_seed)  # in place: much cheaper than set_random_state's new RandomState
         return apply_transform(self.transform, item)
+
+
+def _randomizables(transform: Any) -> list[Randomizable]:
+    """Every ``Randomizable`` reachable from ``transform`` through attributes, lists, tuples and dicts, once each."""
+    found: list[Randomizable] = []
+    seen: set[int] = set()
+    stack = [transform]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (list, tuple)):
+            stack.extend(reversed(obj))
+        elif isinstance(obj, dict):
+            stack.extend(reversed(list(obj.values())))
+        elif isinstance(obj, Callable) and hasattr(obj, "__dict__") and not isinstance(obj, type):
+            if isinstance(obj, Randomizable):
+                found.append(obj)
+            stack.extend(reversed(list(vars(obj).values())))
+    return found

@@ -1,27 +1,39 @@
 """
-Speed benchmark of one GCL pre-training iteration, per ablation, side by side in one process.
+Speed benchmark of GCL pre-training and of the bundles' data and fine-tuning paths, side by side in one process.
 
-For SimCLR, multi-meta-label sum, + GradMitigator, + pixel branch (with and without GradFilter) and full GCL, at the
-same batch, image size and network, times ``GCLPretrainer._iteration`` (forward, one gradient per meta label,
-combination, optimizer step) on a fixed batch and reports each as a ratio to SimCLR, with images/s. It also reports
-the share of an iteration spent in GradMitigator's ``combine`` and in GradFilter's selection (closed-form
-magnitudes, Jacobian set-up and Top-k), the peak memory (CUDA: ``max_memory_allocated``; CPU: peak RSS of a
-separate process per variant), and the data pipeline's slices/s (``SliceDataset`` + two-view augmentation on the
-synthetic phantom) against the trainer's consumption.
+1. One pre-training iteration (``GCLPretrainer._iteration``: forward, one gradient per meta label, combination,
+   optimizer step) on a fixed batch, for SimCLR and each GCL component added (multi-meta-label sum,
+   + GradMitigator, + pixel branch with and without GradFilter, full GCL), as a ratio to SimCLR with images/s.
+   With several meta labels both exact ways of computing the per-meta-label gradients are timed (one backward
+   pass per meta label, or one batched pass: ``batched_backward``).
+2. The share of an iteration spent in GradMitigator's ``combine`` and in GradFilter's selection (closed-form
+   magnitudes, Jacobian set-up and Top-k). On CUDA the shares come from a second pass whose timers synchronise
+   the device (without that, a timer measures only the launch of asynchronous kernels, or, around a host
+   synchronisation, all the work queued before it).
+3. GradFilter's closed form against one autograd call per positive (``bench_grad_filter``), warm, on the device.
+4. The data pipeline (``SliceDataset`` + two views, epoch-seeded as in the bundles) in slices/s, in the main
+   process and with the bundles' loader settings for this device (workers, pinned memory, persistent workers),
+   against full GCL's consumption (slices/s).
+5. The demo bundle's fine-tuning iteration (``train.json``: data loading, ``SupervisedTrainer`` and its
+   handlers) against a bare forward/backward/Adam step of the same network on a fixed batch.
 
-Targets (issue "Reproduce the paper's experiments"): full GCL with M = 3 meta labels at most 2.5x a SimCLR iteration;
-combine and GradFilter each under 10% of an iteration.
+Peak memory: CUDA ``max_memory_allocated``; CPU: peak RSS of a separate process per variant.
+
+Targets (issue "Speed on a GPU"): GPU: full GCL <= 2.5x SimCLR, combine < 10 % and GradFilter < 10 % of an
+iteration, closed form >= 100x autograd, loader >= 1.5x consumption; CPU: combine and GradFilter < 15 %.
 
 Usage (from the repository root)::
 
-    python -m benchmarks.bench_pretrain_iteration --out docs/results/speed.json
-    python -m benchmarks.bench_pretrain_iteration --device cuda --batch-size 48 --image-size 224 --features 32 64 128 256 512 32
+    python -m benchmarks.bench_pretrain_iteration --out docs/results/speed_cpu.json
+    python -m benchmarks.bench_pretrain_iteration --device cuda --batch-size 48 --features 32 64 128 256 512 32 \\
+        --iterations 20 --warmup 5 --out docs/results/speed_cuda.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import statistics
@@ -29,11 +41,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import torch
 
+from benchmarks.bench_grad_filter import closed_form_vs_autograd
 from gcl_monai.engines import GCLPretrainer
 from gcl_monai.gradients import GradMitigator, SumCombiner
 from gcl_monai.handlers import GradMitigatorHandler
@@ -51,21 +64,28 @@ VARIANTS = {
 }
 
 
-class Timers:
-    """Accumulates the time spent in wrapped functions."""
+def synchronizer(device: str):
+    return torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
-    def __init__(self):
+
+class Timers:
+    """Accumulates the time spent in wrapped functions (synchronising the device around them when ``sync``)."""
+
+    def __init__(self, sync=None):
         self.total: dict[str, float] = {}
+        self.sync = sync or (lambda: None)
 
     @contextmanager
     def wrap(self, owner, name: str, tag: str):
         original = getattr(owner, name)
 
         def timed(*args, **kwargs):
+            self.sync()
             start = time.perf_counter()
             try:
                 return original(*args, **kwargs)
             finally:
+                self.sync()
                 self.total[tag] = self.total.get(tag, 0.0) + time.perf_counter() - start
 
         setattr(owner, name, timed)
@@ -87,7 +107,7 @@ def make_batch(args, device):
     }
 
 
-def build(variant: str, args, device):
+def build(variant: str, args, device, batched_backward: bool = False):
     spec = VARIANTS[variant]
     torch.manual_seed(0)
     net = GCLNet(features=args.features, norm=args.norm).to(device)
@@ -102,6 +122,7 @@ def build(variant: str, args, device):
         meta_labels=spec["meta_labels"],
         pixel_loss=PixelContrastiveLoss(max_positive_images=args.max_positive_images) if spec["pixel"] else None,
         grad_filter=grad_filter,
+        batched_backward=batched_backward,
     )
     m = len(spec["meta_labels"])
     combiner = GradMitigator(m) if spec["mitigate"] else SumCombiner(m)
@@ -110,34 +131,58 @@ def build(variant: str, args, device):
     return trainer, combiner
 
 
-def time_variant(variant: str, args, device) -> dict:
-    trainer, combiner = build(variant, args, device)
-    batch = make_batch(args, device)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    timers = Timers()
+def run_iterations(trainer, batch, count: int, sync) -> list[float]:
     times = []
-    with timers.wrap(combiner, "combine", "combine"), timers.wrap(
-        LastLayerJacobian, "from_output", "grad_filter"
-    ), timers.wrap(PixelContrastiveLoss, "_magnitudes", "grad_filter"), timers.wrap(
-        GradFilter, "keep_mask", "grad_filter"
-    ):
-        for i in range(args.warmup + args.iterations):
-            if i == args.warmup:
-                timers.total.clear()
-            sync()
-            start = time.perf_counter()
-            trainer._iteration(trainer, batch)
-            sync()
-            if i >= args.warmup:
-                times.append(time.perf_counter() - start)
+    for _ in range(count):
+        sync()
+        start = time.perf_counter()
+        trainer._iteration(trainer, batch)
+        sync()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def time_variant(variant: str, args, device, batched_backward: bool = False) -> dict:
+    """Median iteration time; the shares of combine and GradFilter (a second, synchronised pass on CUDA)."""
+    trainer, combiner = build(variant, args, device, batched_backward)
+    batch = make_batch(args, device)
+    sync = synchronizer(device)
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    timers = Timers(sync if cuda else None)
+    with ExitStack() as stack:
+        run_iterations(trainer, batch, args.warmup, sync)
+        if not cuda:  # on the CPU the timers cost nothing: one pass for times and shares
+            for owner, name, tag in (
+                (combiner, "combine", "combine"),
+                (LastLayerJacobian, "from_output", "grad_filter"),
+                (PixelContrastiveLoss, "_magnitudes", "grad_filter"),
+                (GradFilter, "keep_mask", "grad_filter"),
+            ):
+                stack.enter_context(timers.wrap(owner, name, tag))
+        times = run_iterations(trainer, batch, args.iterations, sync)
+    if cuda:
+        with ExitStack() as stack:
+            for owner, name, tag in (
+                (combiner, "combine", "combine"),
+                (LastLayerJacobian, "from_output", "grad_filter"),
+                (PixelContrastiveLoss, "_magnitudes", "grad_filter"),
+                (GradFilter, "keep_mask", "grad_filter"),
+            ):
+                stack.enter_context(timers.wrap(owner, name, tag))
+            shared = run_iterations(trainer, batch, args.iterations, sync)
+    else:
+        shared = times
     med = statistics.median(times)
     result = {
         "median_s": med,
         "images_per_s": 2 * args.batch_size / med,
-        "combine_share": timers.total.get("combine", 0.0) / sum(times),
-        "grad_filter_share": timers.total.get("grad_filter", 0.0) / sum(times),
+        "combine_share": timers.total.get("combine", 0.0) / sum(shared),
+        "grad_filter_share": timers.total.get("grad_filter", 0.0) / sum(shared),
+        "batched_backward": batched_backward,
     }
-    if device.startswith("cuda"):
+    if cuda:
         result["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return result
 
@@ -147,7 +192,8 @@ def peak_rss_mb(variant: str, args) -> float:
     child = ["--batch-size", str(args.batch_size), "--image-size", str(args.image_size), "--norm", args.norm,
              "--max-positive-images", str(args.max_positive_images), "--features", *map(str, args.features)]
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_pretrain_iteration", *child, "--only", variant, "--iterations", "2"],
+        [sys.executable, "-m", "benchmarks.bench_pretrain_iteration", *child, "--only", variant, "--iterations", "2",
+         "--warmup", "1"],
         capture_output=True,
         text=True,
         check=True,
@@ -155,25 +201,100 @@ def peak_rss_mb(variant: str, args) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"]
 
 
-def data_pipeline_rate(args) -> float:
-    """Slices/s of SliceDataset + two-view augmentation (the pre-training data path) on the synthetic phantom."""
+def bundle_loader_settings(device: str) -> dict:
+    """The pre-training loader settings of the demo bundle (``pretrain.json``) on ``device``."""
+    from monai.bundle import ConfigParser
+
+    parser = ConfigParser()
+    parser.read_config(str(Path(__file__).resolve().parents[1] / "bundles" / "gcl_demo" / "configs" / "pretrain.json"))
+    original = torch.cuda.is_available
+    torch.cuda.is_available = lambda: device.startswith("cuda")
+    try:
+        return {
+            "num_workers": parser.get_parsed_content("num_workers"),
+            "pin_memory": parser.get_parsed_content("train#dataloader#pin_memory"),
+            "persistent_workers": parser.get_parsed_content("train#dataloader#persistent_workers"),
+        }
+    finally:
+        torch.cuda.is_available = original
+
+
+def data_pipeline_rate(args, settings: dict, epochs: int = 3) -> float:
+    """
+    Slices/s of SliceDataset + two-view augmentation (epoch-seeded, as with the bundles' EpochSeedHandler) on the
+    synthetic phantom with the given loader settings, after a first (warm-up) epoch, which starts the workers.
+    """
     from monai.data import DataLoader
 
     from gcl_monai.data import SliceDataset, ensure_phantom, load_datalist
     from gcl_monai.transforms import pretrain_transforms, volume_transforms
 
     with tempfile.TemporaryDirectory() as tmp:
-        datalist = load_datalist(ensure_phantom(tmp, num_patients=6), dataset="acdc")
+        datalist = load_datalist(ensure_phantom(tmp, num_patients=args.loader_patients), dataset="acdc")
         size = (args.image_size, args.image_size)
-        ds = SliceDataset(
-            datalist, volume_transforms(size, with_label=False), pretrain_transforms(size)
+        ds = SliceDataset(datalist, volume_transforms(size, with_label=False), pretrain_transforms(size))
+        loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, drop_last=True, **settings)
+        count, elapsed = 0, 0.0
+        for epoch in range(epochs):
+            ds.set_epoch_seed(epoch)
+            start = time.perf_counter()
+            seen = sum(len(batch["image"]) for batch in loader)
+            if epoch > 0:
+                count, elapsed = count + seen, elapsed + time.perf_counter() - start
+        del loader
+        return count / elapsed
+
+
+def finetune_iteration(args, device: str) -> dict:
+    """Median s/iteration of the demo bundle's fine-tuning (train.json) vs a bare forward/backward/Adam step."""
+    from ignite.engine import Events
+    from monai.bundle import ConfigWorkflow
+
+    sync = synchronizer(device)
+    config = Path(__file__).resolve().parents[1] / "bundles" / "gcl_demo" / "configs" / "train.json"
+    with tempfile.TemporaryDirectory() as tmp:
+        wf = ConfigWorkflow(
+            config_file=str(config), workflow_type=None, bundle_root=tmp, work_dir=tmp, init="random",
+            num_patients=4, num_pretrain=1, num_val=1, num_test=1, epochs=1, val_interval=100,
+            iterations_per_epoch=args.warmup + args.iterations, image_size=[args.image_size] * 2,
+            batch_size=args.finetune_batch_size, ckpt_dir=str(Path(tmp) / "models"),
         )
-        loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.num_workers)
-        next(iter(loader))
-        start, count = time.perf_counter(), 0
-        for batch in loader:
-            count += len(batch["image"])
-        return count / (time.perf_counter() - start)
+        wf.initialize()
+        trainer = wf.parser.get_parsed_content("train#trainer")
+        stamps: list[float] = []
+
+        def stamp(_):
+            sync()
+            stamps.append(time.perf_counter())
+
+        trainer.add_event_handler(Events.ITERATION_COMPLETED, stamp)
+        wf.run()
+        network = wf.parser.get_parsed_content("network")
+        loss_fn = wf.parser.get_parsed_content("loss")
+        batch_size, channels = args.finetune_batch_size, int(wf.parser.get_parsed_content("num_classes"))
+        # no finalize: it copies the best validated model, and validation is off here
+    bundle = statistics.median(b - a for a, b in zip(stamps[args.warmup:], stamps[args.warmup + 1:]))
+    image = torch.rand(batch_size, 1, args.image_size, args.image_size, device=device)
+    label = torch.randint(0, channels, (batch_size, 1, args.image_size, args.image_size), device=device)
+    optimizer = torch.optim.Adam(network.parameters(), lr=1e-4)
+    times = []
+    for i in range(args.warmup + args.iterations):
+        sync()
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(network(image), label).backward()
+        optimizer.step()
+        sync()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - start)
+    bare = statistics.median(times)
+    return {"bundle_s": bundle, "bare_s": bare, "ratio": bundle / bare, "batch_size": batch_size}
+
+
+def device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -186,38 +307,75 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-positive-images", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=6)
-    parser.add_argument("--num-workers", type=int, default=0)
+    parser.add_argument("--loader-patients", type=int, default=6, help="phantom patients of the loader benchmark")
+    parser.add_argument("--finetune-batch-size", type=int, default=5, help="fine-tuning batch (the paper's: 5)")
+    parser.add_argument("--note", default="", help="free text stored with the results (e.g. machine load)")
     parser.add_argument("--only", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default="results/bench_pretrain_iteration.json")
     args = parser.parse_args(argv)
+    cuda = args.device.startswith("cuda")
 
     if args.only:  # child process: one variant, report its peak RSS
         time_variant(args.only, args, args.device)
         print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
         return
 
+    print(f"device {args.device} ({device_name(args.device)}), batch {args.batch_size} x 2 views, "
+          f"{args.image_size}^2, features {args.features}")
     results = {}
     for variant in VARIANTS:
         results[variant] = time_variant(variant, args, args.device)
-        if not args.device.startswith("cuda"):
+        if len(VARIANTS[variant]["meta_labels"]) > 1:
+            batched = time_variant(variant, args, args.device, batched_backward=True)
+            results[variant]["median_s_batched_backward"] = batched["median_s"]
+        if not cuda:
             results[variant]["peak_memory_mb"] = peak_rss_mb(variant, args)
     base = results["simclr"]["median_s"]
-    print(f"device {args.device} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads), "
-          f"batch {args.batch_size} x 2 views, {args.image_size}^2, features {args.features}")
-    print(f"{'variant':24s} {'s/iter':>8s} {'x SimCLR':>9s} {'img/s':>8s} {'combine':>8s} {'filter':>8s} {'peak MB':>8s}")
+    print(f"{'variant':22s} {'s/iter':>8s} {'x SimCLR':>9s} {'img/s':>7s} {'combine':>8s} {'filter':>7s} "
+          f"{'peak MB':>8s} {'batched bwd s':>14s}")
     for name, r in results.items():
         r["ratio_to_simclr"] = r["median_s"] / base
-        print(f"{name:24s} {r['median_s']:8.3f} {r['ratio_to_simclr']:9.2f} {r['images_per_s']:8.1f} "
-              f"{100 * r['combine_share']:7.1f}% {100 * r['grad_filter_share']:7.1f}% {r['peak_memory_mb']:8.0f}")
-    rate = data_pipeline_rate(args)
+        batched = r.get("median_s_batched_backward")
+        batched_text = "" if batched is None else f"{batched:.3f} ({batched / r['median_s']:.2f}x)"
+        print(f"{name:22s} {r['median_s']:8.3f} {r['ratio_to_simclr']:9.2f} {r['images_per_s']:7.1f} "
+              f"{100 * r['combine_share']:7.1f}% {100 * r['grad_filter_share']:6.1f}% {r['peak_memory_mb']:8.0f} "
+              f"{batched_text:>14s}")
+
+    closed = closed_form_vs_autograd(argparse.Namespace(small_size=128), device=args.device)
+    print(f"GradFilter closed form vs autograd per positive ({closed['positives']} positives): "
+          f"{closed['closed_form_s'] * 1e3:.1f} ms vs {closed['autograd_s'] * 1e3:.0f} ms = {closed['speedup']:.0f}x, "
+          f"max relative difference {closed['max_relative_difference']:.1e}")
+
     consumption = results["gcl"]["images_per_s"] / 2
-    print(f"data pipeline: {rate:.1f} slices/s; full GCL consumes {consumption:.1f} slices/s "
-          f"(pipeline / consumption = {rate / consumption:.1f})")
+    settings = bundle_loader_settings(args.device)
+    loader = {"main_process": data_pipeline_rate(args, {"num_workers": 0})}
+    if settings["num_workers"] > 0:
+        loader["bundle"] = data_pipeline_rate(args, settings)
+    for name, rate in loader.items():
+        print(f"data pipeline ({name}): {rate:.1f} slices/s; full GCL consumes {consumption:.1f} slices/s "
+              f"(pipeline / consumption = {rate / consumption:.2f})")
+
+    finetune = finetune_iteration(args, args.device)
+    print(f"fine-tuning (demo bundle, batch {finetune['batch_size']}): {finetune['bundle_s']:.3f} s/iteration vs bare "
+          f"forward/backward {finetune['bare_s']:.3f} s ({finetune['ratio']:.2f}x)")
+
     gcl = results["gcl"]
-    print(f"targets: GCL / SimCLR = {gcl['ratio_to_simclr']:.2f} (<= 2.5), combine {100 * gcl['combine_share']:.1f}% "
-          f"(< 10%), GradFilter {100 * gcl['grad_filter_share']:.1f}% (< 10%)")
-    payload = {"config": vars(args), "variants": results, "pipeline_slices_per_s": rate,
-               "gcl_consumption_slices_per_s": consumption, "torch": torch.__version__}
+    print(f"targets: GCL / SimCLR = {gcl['ratio_to_simclr']:.2f} (GPU <= 2.5), combine {100 * gcl['combine_share']:.1f}% "
+          f"and GradFilter {100 * gcl['grad_filter_share']:.1f}% (GPU < 10%, CPU < 15%), closed form "
+          f"{closed['speedup']:.0f}x autograd (GPU >= 100x), loader / consumption "
+          f"{max(loader.values()) / consumption:.2f} (GPU >= 1.5)")
+    payload = {
+        "device": device_name(args.device),
+        "note": args.note,
+        "config": vars(args),
+        "variants": results,
+        "closed_form_vs_autograd": closed,
+        "loader_settings": settings,
+        "pipeline_slices_per_s": loader,
+        "gcl_consumption_slices_per_s": consumption,
+        "finetune": finetune,
+        "torch": torch.__version__,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(payload, indent=1))
 

@@ -243,6 +243,14 @@ def test_tensorboard_collapse(tmp_path):
     assert collapsed and loss == pytest.approx(chance) and std == pytest.approx(1e-5)
     assert tensorboard_collapse(tmp_path / "healthy", batch_size=16)[0] is False
     assert tensorboard_collapse(tmp_path / "missing", batch_size=16) == (False, None, None)
+    # a loss that fluctuates around ln(2B - 1) (window mean at chance) is not stuck there; one that stays is
+    for name, wiggle in (("noisy", 0.1), ("stuck", 1e-4)):
+        with SummaryWriter(str(tmp_path / name)) as writer:
+            for step in range(1, 31):
+                writer.add_scalar("img/simclr", chance + wiggle * (-1) ** step, step)
+                writer.add_scalar("std/img", 0.05, step)
+    assert tensorboard_collapse(tmp_path / "noisy", batch_size=16)[0] is False
+    assert tensorboard_collapse(tmp_path / "stuck", batch_size=16)[0] is True
 
 
 def test_pretraining_summary_marks_an_image_branch_at_chance(tmp_path):

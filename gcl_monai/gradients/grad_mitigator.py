@@ -51,7 +51,8 @@ class GradMitigator(GradientCombiner):
     per-parameter Gram matrix ``g_m . g_n`` is computed in one pass (accumulated in float64), Algorithm 1 is
     run on the ``(M, P)`` coefficients ``c_i`` (``g'_i . g_j = sum_m c_im G_mj``,
     ``|g'_i|^2 = c_i^T G c_i``), and the output ``sum_m a_m g_m`` is formed in a second pass. The only Python
-    loop is over the ``M (M - 1)`` task pairs, each step vectorised over all parameters. The results match
+    loop is over the ``M - 1`` steps of Algorithm 1's inner loop: at step ``t`` every ``g'_i`` meets its
+    ``t``-th other task at once, vectorised over the tasks ``i`` and all parameters. The results match
     the explicit vector updates up to the float32 rounding of the Gram entries (relative ~1e-7 of
     ``|g|^2``); a packing buffer of ``M`` gradient copies is kept between calls. Nothing in :meth:`combine`
     reads a value on the host (no ``.item()``, no branch on a tensor value): on an accelerator the call only
@@ -169,17 +170,17 @@ class GradMitigator(GradientCombiner):
             non_finite = self._zero_non_finite(g, layout)
             gram = self._gram(g, layout)
             norms = gram.diagonal().T.sqrt()
-            weights = gram.new_zeros(self.num_tasks, layout.num_segments)
-            for i in range(self.num_tasks):
-                coef = gram.new_zeros(self.num_tasks, layout.num_segments)
-                coef[i] = 1.0
-                for j in range(self.num_tasks):
-                    if j == i:
-                        continue
-                    dot = (coef * gram[:, j]).sum(dim=0)
-                    norm_i = torch.einsum("ms,mns,ns->s", coef, gram, coef).clamp_min(0.0).sqrt()
-                    coef[j] += self._pair_update(i, j, dot, norm_i, norms[j])
-                weights += coef / self.num_tasks
+            # coef[i] holds the coefficients of g'_i over the original gradients; all i advance together, at step
+            # t task i meets its t-th other task j = t + (i <= t) (increasing j, skipping i, as in Algorithm 1)
+            tasks = torch.arange(self.num_tasks, device=gram.device)
+            coef = torch.eye(self.num_tasks, dtype=gram.dtype, device=gram.device)
+            coef = coef.unsqueeze(-1).repeat(1, 1, layout.num_segments)
+            for t in range(self.num_tasks - 1):
+                j = t + (tasks <= t).long()
+                dot = (coef * gram.index_select(1, j).transpose(0, 1)).sum(dim=1)
+                norm_i = torch.einsum("ims,mns,ins->is", coef, gram, coef).clamp_min(0.0).sqrt()
+                coef[tasks, j] += self._pair_update(tasks, j, dot, norm_i, norms[j])
+            weights = (coef / self.num_tasks).sum(dim=0)
             self._last_change = self._relative_change(weights, gram)
             weights = weights[:, layout.block_ids].to(g.dtype).unsqueeze(-1)
             out = torch.mul(g[0], weights[0])
@@ -209,7 +210,10 @@ class GradMitigator(GradientCombiner):
         Zero (in place) every parameter of every task in ``g`` that holds NaN/inf, without reading any value on
         the host; returns the ``(M, num_parameters)`` boolean mask of the zeroed parameters.
         """
-        bad_blocks = ~torch.isfinite(g).all(dim=-1)
+        if g.dtype == torch.float64 or g.device.type == "mps":
+            bad_blocks = ~torch.isfinite(g).all(dim=-1)
+        else:  # one reading pass: a float64 sum of 256 finite float32 values cannot overflow, NaN/inf propagate
+            bad_blocks = ~torch.isfinite(g.sum(dim=-1, dtype=torch.float64))
         bad = layout.segment_sum(bad_blocks.to(g.dtype), per_parameter=True) > 0
         g.masked_fill_(bad[:, layout.param_ids].unsqueeze(-1), 0)
         return bad
@@ -274,17 +278,17 @@ class GradMitigator(GradientCombiner):
         self._last_acted = torch.zeros(shape, device=device, dtype=torch.bool)
 
     def _pair_update(
-        self, i: int, j: int, dot: torch.Tensor, norm_i: torch.Tensor, norm_j: torch.Tensor
+        self, i: torch.Tensor, j: torch.Tensor, dot: torch.Tensor, norm_i: torch.Tensor, norm_j: torch.Tensor
     ) -> torch.Tensor:
         """
-        Update ``t_ij`` (Eq. 4) for every segment and return the coefficient ``mu`` of ``g_j`` in Eq. (3)
-        (zero where no correction applies).
+        Update ``t_ij`` (Eq. 4) for the task pairs ``(i[k], j[k])`` and every segment and return the ``(pairs, S)``
+        coefficients ``mu`` of ``g_j`` in Eq. (3) (zero where no correction applies).
         """
         valid = (norm_i > self.eps) & (norm_j > self.eps) & norm_i.isfinite() & norm_j.isfinite() & dot.isfinite()
         w = torch.where(valid, dot / norm_j / norm_i, 0.0).clamp(-1.0, 1.0)
         target = torch.where(valid, (1.0 - self.beta) * self._targets[i, j] + self.beta * w, self._targets[i, j])
-        self._targets[i, j] = target
-        self._last_cosine[i, j] = torch.where(valid, w, float("nan"))
+        self._targets[i, j] = target.to(self._targets.dtype)
+        self._last_cosine[i, j] = torch.where(valid, w, float("nan")).to(self._last_cosine.dtype)
         if self.min_target is not None:
             target = target.clamp_min(self.min_target)
         target = target.clamp(-1.0 + TARGET_MARGIN, 1.0 - TARGET_MARGIN)

@@ -320,3 +320,24 @@ def test_forward_multi_equals_separate_losses():
         merged = loss.forward_multi(out["pix"], out["img_map"], labels, gf, jac)
         for y, value in zip(labels, merged):
             assert float(value) == pytest.approx(float(loss(out["pix"], out["img_map"], y, gf, jac)), rel=1e-6)
+
+
+def test_chunk_size_changes_no_value_or_gradient():
+    """The memory bound of GradFilter's chunks (device-dependent by default) changes neither the loss nor its gradient."""
+    torch.manual_seed(6)
+    net = GCLNet(features=(4, 4, 8, 8, 16, 4), proj_dim=8)
+    out = net(torch.randn(8, 1, 64, 64))
+    jac = LastLayerJacobian.from_output(net, out)
+    labels = [torch.tensor([0, 1, 0, 1]), torch.tensor([2, 2, 2, 3])]
+    results = []
+    for elements in (1, 2**12, None, 2**30):  # one pair per chunk .. all pairs at once
+        loss = PixelContrastiveLoss(topk_ratio=0.5, max_positive_images=3, max_chunk_elements=elements)
+        pix = out["pix"].detach().requires_grad_(True)
+        torch.manual_seed(7)  # the same sub-sampling of positive images
+        values = loss.forward_multi(pix, out["img_map"], labels, GradFilter(0.3), jac)
+        (grad,) = torch.autograd.grad(sum(values), pix)
+        results.append((torch.stack(values).detach(), grad))
+    for values, grad in results[1:]:
+        assert torch.allclose(values, results[0][0], rtol=1e-6) and torch.allclose(grad, results[0][1], atol=1e-7)
+    with pytest.raises(ValueError, match="max_chunk_elements"):
+        PixelContrastiveLoss(max_chunk_elements=0)

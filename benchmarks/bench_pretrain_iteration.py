@@ -142,49 +142,65 @@ def run_iterations(trainer, batch, count: int, sync) -> list[float]:
     return times
 
 
-def time_variant(variant: str, args, device, batched_backward: bool = False) -> dict:
-    """Median iteration time; the shares of combine and GradFilter (a second, synchronised pass on CUDA)."""
-    trainer, combiner = build(variant, args, device, batched_backward)
-    batch = make_batch(args, device)
+GRAD_FILTER_PARTS = ((LastLayerJacobian, "from_output"), (PixelContrastiveLoss, "_magnitudes"), (GradFilter, "keep_mask"))
+
+
+def time_variants(args, device: str) -> tuple[dict, dict]:
+    """
+    Every variant, and the batched backward of those with several meta labels, timed round-robin (one iteration of
+    each per round, after ``args.warmup`` warm-up iterations each), so that a change of the machine's load hits all
+    of them alike; ``ratio_to_simclr`` is the median over the rounds of the per-round ratio. Returns the results
+    and the errors of the variants that could not run (e.g. an operator without a batching rule).
+    """
     sync = synchronizer(device)
     cuda = device.startswith("cuda")
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    timers = Timers(sync if cuda else None)
-    with ExitStack() as stack:
-        run_iterations(trainer, batch, args.warmup, sync)
-        if not cuda:  # on the CPU the timers cost nothing: one pass for times and shares
-            for owner, name, tag in (
-                (combiner, "combine", "combine"),
-                (LastLayerJacobian, "from_output", "grad_filter"),
-                (PixelContrastiveLoss, "_magnitudes", "grad_filter"),
-                (GradFilter, "keep_mask", "grad_filter"),
-            ):
-                stack.enter_context(timers.wrap(owner, name, tag))
-        times = run_iterations(trainer, batch, args.iterations, sync)
-    if cuda:
+    batch = make_batch(args, device)
+    runs, errors = {}, {}
+    for variant, spec in VARIANTS.items():
+        for batched in (False, True) if len(spec["meta_labels"]) > 1 else (False,):
+            key = variant + ("+batched_backward" if batched else "")
+            runs[key] = build(variant, args, device, batched)
+            try:
+                run_iterations(runs[key][0], batch, args.warmup, sync)
+            except RuntimeError as error:
+                errors[key] = str(error).splitlines()[0]
+                print(f"{key} failed: {errors[key]}")
+                del runs[key]
+    times = {key: [] for key in runs}
+    peak = {key: 0.0 for key in runs}
+    timers = {key: Timers(sync if cuda else None) for key in runs}
+
+    def timed_pass(key, count):
+        trainer, combiner = runs[key]
         with ExitStack() as stack:
-            for owner, name, tag in (
-                (combiner, "combine", "combine"),
-                (LastLayerJacobian, "from_output", "grad_filter"),
-                (PixelContrastiveLoss, "_magnitudes", "grad_filter"),
-                (GradFilter, "keep_mask", "grad_filter"),
-            ):
-                stack.enter_context(timers.wrap(owner, name, tag))
-            shared = run_iterations(trainer, batch, args.iterations, sync)
-    else:
-        shared = times
-    med = statistics.median(times)
-    result = {
-        "median_s": med,
-        "images_per_s": 2 * args.batch_size / med,
-        "combine_share": timers.total.get("combine", 0.0) / sum(shared),
-        "grad_filter_share": timers.total.get("grad_filter", 0.0) / sum(shared),
-        "batched_backward": batched_backward,
-    }
-    if cuda:
-        result["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
-    return result
+            stack.enter_context(timers[key].wrap(combiner, "combine", "combine"))
+            for owner, name in GRAD_FILTER_PARTS:
+                stack.enter_context(timers[key].wrap(owner, name, "grad_filter"))
+            return run_iterations(trainer, batch, count, sync)
+
+    for _ in range(args.iterations):
+        for key, (trainer, _) in runs.items():
+            if cuda:  # plain timing; the shares come from a synchronised pass below
+                torch.cuda.reset_peak_memory_stats()
+                times[key] += run_iterations(trainer, batch, 1, sync)
+                peak[key] = max(peak[key], torch.cuda.max_memory_allocated() / 2**20)
+            else:  # on the CPU the timers cost nothing: one pass for times and shares
+                times[key] += timed_pass(key, 1)
+    shared = {key: timed_pass(key, args.iterations) for key in runs} if cuda else times
+    results = {}
+    for key in runs:
+        med = statistics.median(times[key])
+        results[key] = {
+            "median_s": med,
+            "min_s": min(times[key]),
+            "images_per_s": 2 * args.batch_size / med,
+            "combine_share": timers[key].total.get("combine", 0.0) / sum(shared[key]),
+            "grad_filter_share": timers[key].total.get("grad_filter", 0.0) / sum(shared[key]),
+            "ratio_to_simclr": statistics.median(t / s for t, s in zip(times[key], times["simclr"])),
+        }
+        if cuda:
+            results[key]["peak_memory_mb"] = peak[key]
+    return results, errors
 
 
 def peak_rss_mb(variant: str, args) -> float:
@@ -310,36 +326,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--loader-patients", type=int, default=6, help="phantom patients of the loader benchmark")
     parser.add_argument("--finetune-batch-size", type=int, default=5, help="fine-tuning batch (the paper's: 5)")
     parser.add_argument("--note", default="", help="free text stored with the results (e.g. machine load)")
+    parser.add_argument("--skip-peak-rss", action="store_true", help="CPU: do not measure peak RSS per variant")
     parser.add_argument("--only", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default="results/bench_pretrain_iteration.json")
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
 
     if args.only:  # child process: one variant, report its peak RSS
-        time_variant(args.only, args, args.device)
+        trainer, _ = build(args.only, args, args.device)
+        run_iterations(trainer, make_batch(args, args.device), args.warmup + args.iterations, lambda: None)
         print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
         return
 
     print(f"device {args.device} ({device_name(args.device)}), batch {args.batch_size} x 2 views, "
           f"{args.image_size}^2, features {args.features}")
-    results = {}
-    for variant in VARIANTS:
-        results[variant] = time_variant(variant, args, args.device)
-        if len(VARIANTS[variant]["meta_labels"]) > 1:
-            batched = time_variant(variant, args, args.device, batched_backward=True)
-            results[variant]["median_s_batched_backward"] = batched["median_s"]
-        if not cuda:
+    results, errors = time_variants(args, args.device)
+    if not cuda and not args.skip_peak_rss:
+        for variant in VARIANTS:
             results[variant]["peak_memory_mb"] = peak_rss_mb(variant, args)
-    base = results["simclr"]["median_s"]
-    print(f"{'variant':22s} {'s/iter':>8s} {'x SimCLR':>9s} {'img/s':>7s} {'combine':>8s} {'filter':>7s} "
-          f"{'peak MB':>8s} {'batched bwd s':>14s}")
+    print(f"{'variant':33s} {'s/iter':>7s} {'min s':>7s} {'x SimCLR':>9s} {'img/s':>7s} {'combine':>8s} {'filter':>7s} "
+          f"{'peak MB':>8s}")
     for name, r in results.items():
-        r["ratio_to_simclr"] = r["median_s"] / base
-        batched = r.get("median_s_batched_backward")
-        batched_text = "" if batched is None else f"{batched:.3f} ({batched / r['median_s']:.2f}x)"
-        print(f"{name:22s} {r['median_s']:8.3f} {r['ratio_to_simclr']:9.2f} {r['images_per_s']:7.1f} "
-              f"{100 * r['combine_share']:7.1f}% {100 * r['grad_filter_share']:6.1f}% {r['peak_memory_mb']:8.0f} "
-              f"{batched_text:>14s}")
+        peak = r.get("peak_memory_mb")
+        print(f"{name:33s} {r['median_s']:7.3f} {r['min_s']:7.3f} {r['ratio_to_simclr']:9.2f} {r['images_per_s']:7.1f} "
+              f"{100 * r['combine_share']:7.1f}% {100 * r['grad_filter_share']:6.1f}% "
+              f"{'-' if peak is None else f'{peak:.0f}':>8s}")
 
     closed = closed_form_vs_autograd(argparse.Namespace(small_size=128), device=args.device)
     print(f"GradFilter closed form vs autograd per positive ({closed['positives']} positives): "
@@ -369,6 +380,7 @@ def main(argv: list[str] | None = None) -> None:
         "note": args.note,
         "config": vars(args),
         "variants": results,
+        "errors": errors,
         "closed_form_vs_autograd": closed,
         "loader_settings": settings,
         "pipeline_slices_per_s": loader,

@@ -309,3 +309,29 @@ def test_pixel_warmup_and_embedding_statistics():
     assert records[-1]["cos/img"] == pytest.approx(float(off_diagonal.mean()), abs=1e-5)
     with pytest.raises(ValueError, match="pixel_warmup"):
         GCLPretrainer(device="cpu", max_epochs=1, train_data_loader=[], network=net, optimizer=None, pixel_warmup=-1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_batched_backward_equals_per_meta_label_backward_on_cuda():
+    from gcl_monai.gradients import task_gradients
+    from gcl_monai.losses import LastLayerJacobian, MetaContrastiveLoss
+
+    torch.manual_seed(0)
+    net = GCLNet(features=FEATURES, proj_dim=8).cuda().eval()  # eval: the two forward passes are identical
+    x = torch.rand(8, 1, 32, 32, device="cuda")
+    labels = [torch.tensor([0, 1, 0, 1], device="cuda"), None, torch.tensor([2, 2, 3, 3], device="cuda")]
+
+    def losses():
+        out = net(x)
+        jac = LastLayerJacobian.from_output(net, out)
+        pixel = PixelContrastiveLoss(topk_ratio=0.3).forward_multi(
+            out["pix"], out["img_map"], labels, GradFilter(0.3), jac
+        )
+        return [MetaContrastiveLoss(0.1)(out["img"], y) + p for y, p in zip(labels, pixel)]
+
+    params = list(net.parameters())
+    loop = task_gradients(losses(), params)
+    batched = task_gradients(losses(), params, batched=True)
+    for loop_task, batched_task in zip(loop, batched):
+        for a, b in zip(loop_task, batched_task):
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)

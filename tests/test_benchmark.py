@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gcl_monai.benchmark import runner
+from gcl_monai.benchmark import cells, plan, results
 from gcl_monai.benchmark.__main__ import main
 from gcl_monai.benchmark.presets import (
     ALL_METHODS,
@@ -30,7 +30,9 @@ from gcl_monai.benchmark.report import (
     t_quantile_975,
     write_report,
 )
-from gcl_monai.benchmark.runner import Experiment, PretrainCell, plan_cells, tensorboard_collapse
+from gcl_monai.benchmark.cells import tensorboard_collapse
+from gcl_monai.benchmark.experiment import Experiment, PretrainCell
+from gcl_monai.benchmark.plan import plan_cells
 from gcl_monai.handlers import RepresentationCollapse
 
 ACDC_META = ["patient_id", "slice_quantile", "organ_state"]
@@ -132,7 +134,7 @@ def test_plan_is_paired_and_shares_pretraining(tmp_path):
     assert frozen.pretrain is gcl and frozen.train_overrides["freeze_encoder"] is True
     assert frozen.train_overrides["pretrained_path"] == str(gcl.folder / "encoder.pt")
     assert "pretrained_path" not in [c for c in finetune if c.method == "random"][0].train_overrides
-    order = runner.execution_order(pretrain, finetune)
+    order = plan.execution_order(pretrain, finetune)
     assert order[0].method == "random" and isinstance(order[8], PretrainCell)
 
 
@@ -288,11 +290,11 @@ def test_collapse_is_reported_and_never_fine_tuned(tmp_path, monkeypatch):
         except RepresentationCollapse as error:
             raise RuntimeError("Failed to evaluate the run expression") from error
 
-    monkeypatch.setattr(runner, "run_bundle", collapse)
-    assert runner.run_pretrain(pretrain[0]) == "collapsed"
-    assert runner.pretrain_done(pretrain[0])  # a collapse is final: a rerun does not retry it
-    monkeypatch.setattr(runner, "_labelled_patients", lambda cell: "")
-    rows = runner.collect_rows(experiment, finetune)
+    monkeypatch.setattr(cells, "run_bundle", collapse)
+    assert cells.run_pretrain(pretrain[0]) == "collapsed"
+    assert cells.pretrain_done(pretrain[0])  # a collapse is final: a rerun does not retry it
+    monkeypatch.setattr(results, "labelled_patients", lambda cell: "")
+    rows = results.collect_rows(experiment, finetune)
     assert [(r["method"], r["status"], math.isnan(r["dice"])) for r in rows] == [("simclr", "collapsed", True)]
     assert "std/img = 0" in rows[0]["message"]
 
@@ -303,27 +305,27 @@ def test_interrupted_finetuning_is_retrained_not_evaluated(tmp_path, monkeypatch
                             results_dir=tmp_path)
     (cell,) = plan_cells(experiment)[1]
     calls = []
-    monkeypatch.setattr(runner, "run_bundle", lambda bundle, config, workflow, overrides: calls.append(config))
-    monkeypatch.setattr(runner, "labelled_subset", lambda cell: [])
+    monkeypatch.setattr(cells, "run_bundle", lambda bundle, config, workflow, overrides: calls.append(config))
+    monkeypatch.setattr(cells, "labelled_subset", lambda cell: [])
     models = Path(cell.train_overrides["ckpt_dir"])
     models.mkdir(parents=True)
     (models / "model.pt").write_bytes(b"written by a run that was killed")
-    runner.run_finetune(cell)
+    cells.run_finetune(cell)
     assert calls == ["train", "evaluate"]
-    assert runner.read_status(cell.folder)["trained"]
+    assert cells.read_status(cell.folder)["trained"]
     calls.clear()
-    runner.run_finetune(cell)  # trained, but its dice.json was never written: evaluates only
+    cells.run_finetune(cell)  # trained, but its dice.json was never written: evaluates only
     assert calls == ["evaluate"]
 
 
 def test_rerun_with_other_settings_is_refused(tmp_path):
     experiment = Experiment("x", "demo", PRESETS["cpu-mini"], results_dir=tmp_path)
     (tmp_path / "x").mkdir()
-    runner.write_plan(experiment, *plan_cells(experiment))
-    runner._check_plan(Experiment("x", "demo", PRESETS["cpu-ablation"], results_dir=tmp_path))  # more methods: fine
+    plan.write_plan(experiment, *plan_cells(experiment))
+    plan.check_plan(Experiment("x", "demo", PRESETS["cpu-ablation"], results_dir=tmp_path))  # more methods: fine
     with pytest.raises(ValueError, match="pretrain"):
         changed = PRESETS["cpu-mini"].replace(pretrain={"epochs": 3})
-        runner._check_plan(Experiment("x", "demo", changed, results_dir=tmp_path))
+        plan.check_plan(Experiment("x", "demo", changed, results_dir=tmp_path))
 
 
 # ------------------------------------------------------------------------------------------------ end to end

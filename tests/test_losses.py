@@ -4,7 +4,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gcl_monai.losses import GradFilter, LastLayerJacobian, MetaContrastiveLoss, PixelContrastiveLoss, pace
+from gcl_monai.losses import (
+    GradFilter,
+    LastLayerJacobian,
+    MetaContrastiveLoss,
+    PixelContrastiveLoss,
+    chance_level,
+    pace,
+)
 from gcl_monai.networks import GCLNet
 
 
@@ -255,3 +262,12 @@ def test_forward_multi_equals_separate_losses():
         merged = loss.forward_multi(out["pix"], out["img_map"], labels, gf, jac)
         for y, value in zip(labels, merged):
             assert float(value) == pytest.approx(float(loss(out["pix"], out["img_map"], y, gf, jac)), rel=1e-6)
+
+
+def test_chance_level_is_the_loss_of_identical_embeddings():
+    """All 2B embeddings identical: NT-Xent gives every anchor a uniform softmax over 2B - 1 others."""
+    z = torch.ones(2 * 5, 8)
+    assert MetaContrastiveLoss(temperature=0.3)(z).item() == pytest.approx(chance_level(5), abs=1e-5)
+    assert chance_level(5) == pytest.approx(math.log(9))
+    with pytest.raises(ValueError, match="at least 1"):
+        chance_level(0)

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from gcl_monai.losses import chance_level
+
 __all__ = [
     "PairedDifference",
     "markdown_report",
@@ -310,7 +312,7 @@ def plot_pretrain_curves(curves: Mapping[str, dict], plan: Mapping[str, Any], pa
             axes[1].plot(scalars["loss"][0][: len(_smooth(mean_img))], _smooth(mean_img), color=colour, label=method)
             batch = plan["pretrain"][method]["overrides"].get("batch_size")
             if batch:
-                axes[1].axhline(math.log(2 * batch - 1), color=colour, ls=":", lw=1)
+                axes[1].axhline(chance_level(batch), color=colour, ls=":", lw=1)
         if "std/img" in scalars:
             s_steps, std = scalars["std/img"]
             axes[2].plot(s_steps[: len(_smooth(std))], _smooth(std), color=colour, label=method)
@@ -362,7 +364,7 @@ def pretraining_summary(curves: Mapping[str, dict], plan: Mapping[str, Any], sta
     body = []
     for method, scalars in curves.items():
         batch = plan["pretrain"][method]["overrides"].get("batch_size")
-        chance = math.log(2 * batch - 1) if batch else math.nan
+        chance = chance_level(batch) if batch else math.nan
         window = max(1, min(50, len(scalars["loss"][1]) // 10))
         img = {t[len("img/"):]: _first_last(v, window) for t, (_, v) in scalars.items() if t.startswith("img/")}
         pix = {t[len("pix/"):]: _first_last(v, window) for t, (_, v) in scalars.items() if t.startswith("pix/")}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch.nn.modules.loss import _Loss
 
-__all__ = ["MetaContrastiveLoss", "positive_mask"]
+__all__ = ["MetaContrastiveLoss", "chance_level", "positive_mask"]
 
 
 def positive_mask(num_images: int, labels: torch.Tensor | None, device: torch.device | None = None) -> torch.Tensor:
@@ -86,3 +88,25 @@ class MetaContrastiveLoss(_Loss):
         positives = positive_mask(z.shape[0] // 2, labels, device=z.device)
         per_anchor = -(log_prob * positives).sum(1) / positives.sum(1)
         return per_anchor.mean()
+
+
+def chance_level(num_images: int) -> float:
+    """
+    The value :math:`\\ln(2B - 1)` of the image-wise loss of Eq. (1) without a meta label (SimCLR's NT-Xent) when
+    all 2B embeddings of a two-view batch of B images are identical: every anchor's softmax is uniform over its
+    2B - 1 others, so the log-probability of its positive is :math:`-\\ln(2B - 1)`. A loss that stays there means a
+    collapsed representation.
+
+    Args:
+        num_images: B, the number of images of the (gathered) batch, at least 1.
+
+    Raises:
+        ValueError: when ``num_images < 1``.
+
+    Example:
+        >>> round(chance_level(4), 4)  # ln(7)
+        1.9459
+    """
+    if num_images < 1:
+        raise ValueError(f"num_images must be at least 1, got {num_images}.")
+    return math.log(2 * num_images - 1)

@@ -27,7 +27,6 @@ from gcl_monai.benchmark.report import (
     pretraining_summary,
     read_pretrain_scalars,
     read_results,
-    t_quantile_975,
     write_report,
 )
 from gcl_monai.benchmark.cells import tensorboard_collapse
@@ -172,14 +171,15 @@ def test_cli_dry_run(capsys, tmp_path):
 def test_paired_difference_by_hand():
     diff = paired_difference([0.6, 0.7, 0.5, 0.65], [0.5, 0.5, 0.5, 0.55])
     # d = (0.1, 0.2, 0.0, 0.1): mean 0.1, s = sqrt(0.02 / 3), half width t_{0.975,3} s / 2
-    half = 3.182 * math.sqrt(0.02 / 3) / 2
+    half = 3.1824 * math.sqrt(0.02 / 3) / 2
     assert diff.n == 4 and diff.mean == pytest.approx(0.1)
-    assert diff.low == pytest.approx(0.1 - half) and diff.high == pytest.approx(0.1 + half)
+    assert diff.low == pytest.approx(0.1 - half, abs=1e-5) and diff.high == pytest.approx(0.1 + half, abs=1e-5)
     assert str(diff) == "+0.100 [-0.030, +0.230] (n=4)"
     single = paired_difference([0.7], [0.6])
     assert single.n == 1 and math.isnan(single.low) and str(single) == "+0.100 (n=1)"
-    assert t_quantile_975(1) == 12.706 and t_quantile_975(40) == pytest.approx(2.0211, abs=1e-4)
-    assert t_quantile_975(120) == pytest.approx(1.9799, abs=1e-4)
+    # two pairs d = (0.2, 0.0): half width t_{0.975,1} = 12.7062 (printed tables) times s / sqrt(2) = 0.1
+    two = paired_difference([0.7, 0.5], [0.5, 0.5])
+    assert (two.low, two.high) == (pytest.approx(0.1 - 1.27062, abs=1e-5), pytest.approx(0.1 + 1.27062, abs=1e-5))
     with pytest.raises(ValueError):
         paired_difference([0.1], [0.1, 0.2])
 

@@ -394,3 +394,16 @@ def test_real_prostate():
     datalist = load_datalist(DATA_ROOT / "prostate")
     assert len(datalist) == 31
     assert len({d["patient"] for d in datalist}) == 31
+
+
+def test_json_test_section_of_image_paths(json_dataset: Path):
+    """MONAI's decathlon layout: a "test" list of plain image paths, resolved against the JSON's folder."""
+    content = json.loads(json_dataset.read_text())
+    content["test"] = ["img/v0.nii.gz", "img/v1.nii.gz"]
+    content["validation"] = [3]
+    json_dataset.write_text(json.dumps(content))
+    test = read_json_datalist(json_dataset, section="test")
+    assert [d["image"] for d in test] == [str(json_dataset.parent / "img" / f"v{i}.nii.gz") for i in (0, 1)]
+    assert [d["patient"] for d in test] == ["v0", "v1"] and "label" not in test[0]
+    with pytest.raises(DatalistError, match=r"mydata\.json\[validation\]"):
+        read_json_datalist(json_dataset, section="validation")

@@ -9,17 +9,16 @@ from gcl_monai.data.datalist import (
     META_LABEL_NAMES,
     DatalistError,
     assign_patient_ids,
-    detect_layout,
     encode_meta_labels,
     h5_path,
-    load_datalist,
     meta_num_classes,
     num_slices,
-    read_json_datalist,
     split_h5_path,
     validate_meta_keys,
 )
 from gcl_monai.data.hvsmr import HVSMR_LABEL_NAMES, read_hvsmr
+from gcl_monai.data.json_datalist import read_json_datalist
+from gcl_monai.data.layouts import detect_layout, load_datalist
 from gcl_monai.data.mmwhs import MMWHS_LABEL_NAMES, MMWHS_LABEL_VALUES, read_mmwhs
 from gcl_monai.data.prostate import MSD_LABEL_NAMES, MSD_TO_MULTISITE_LABELS, MULTISITE_LABEL_NAMES, read_prostate
 from gcl_monai.data.splits import labeled_subset, load_split, save_split, split_patients

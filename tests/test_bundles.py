@@ -154,7 +154,7 @@ def test_ablation_switches_build_and_run(method, demo_root):
     assert ("pace" in out) == (pixel and ABLATIONS[method].get("grad_filter_enabled", True))
     combiner = wf.parser.get_parsed_content("train#combiner")
     mitigate = ABLATIONS[method].get("mitigate", True)
-    assert type(combiner).__name__ == ("GradMitigator" if mitigate else "SumCombiner")
+    assert type(combiner).__name__ == ("GradMitigator" if mitigate else "MeanCombiner")
     assert (demo_root / "outputs" / "pretrain" / method / "encoder.pt").is_file()
 
 

@@ -16,7 +16,7 @@ from ignite.engine import Engine, Events
 from monai.bundle import ConfigParser
 
 from gcl_monai.engines import GCLEvents, GCLPretrainer
-from gcl_monai.gradients import GradMitigator, SumCombiner
+from gcl_monai.gradients import GradMitigator, MeanCombiner
 from gcl_monai.gradients.distributed import all_reduce_task_grads
 from gcl_monai.handlers import (
     AtomicCheckpointSaver,
@@ -247,7 +247,7 @@ def test_distributed_sampler_is_reshuffled_every_epoch():
     loader = torch.utils.data.DataLoader(_Indexed(), batch_size=2, sampler=sampler)
     net = _network(seed=0)
     trainer = GCLPretrainer("cpu", 2, loader, net, torch.optim.SGD(net.parameters(), lr=0.0), meta_labels=["index"])
-    GradMitigatorHandler(SumCombiner(1)).attach(trainer)
+    GradMitigatorHandler(MeanCombiner(1)).attach(trainer)
     seen = {1: [], 2: []}
     trainer.add_event_handler(
         Events.ITERATION_COMPLETED, lambda e: seen[e.state.epoch].extend(e.state.batch["index"].tolist())

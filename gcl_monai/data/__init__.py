@@ -17,6 +17,7 @@ from gcl_monai.data.datalist import (
     validate_meta_keys,
 )
 from gcl_monai.data.hvsmr import HVSMR_LABEL_NAMES, read_hvsmr
+from gcl_monai.data.inference_datalist import inference_datalist
 from gcl_monai.data.json_datalist import read_json_datalist
 from gcl_monai.data.layouts import detect_layout, load_datalist
 from gcl_monai.data.mmwhs import MMWHS_LABEL_NAMES, MMWHS_LABEL_VALUES, read_mmwhs
@@ -66,6 +67,7 @@ __all__ = [
     "ensure_phantom",
     "generate_acdc_phantom",
     "h5_path",
+    "inference_datalist",
     "labeled_subset",
     "load_datalist",
     "load_or_create_split",

@@ -36,9 +36,10 @@ def inference_datalist(
         [{'image': 'new_cases/p1.nii.gz'}, {'image': 'new_cases/p2_4d.nii.gz', 'frame': 0}, ...]
     """
     folder = require_dir(folder, "inference folder")
-    files = sorted(
-        p for p in folder.rglob("*") if p.is_file() and nifti_stem(p.name) and not p.name.endswith(tuple(exclude))
-    )
+    nifti = sorted(p for p in folder.rglob("*") if p.is_file() and nifti_stem(p.name))
+    files = [p for p in nifti if not p.name.endswith(tuple(exclude))]
+    if len(files) < len(nifti):
+        logger.info("%s: left out %d NIfTI file(s) ending in %s.", folder, len(nifti) - len(files), list(exclude))
     items: list[dict] = []
     for path in files:
         try:
@@ -53,5 +54,5 @@ def inference_datalist(
         else:
             items.append({"image": str(path)})
     if not items:
-        logger.warning("No NIfTI file in %s.", folder)
+        logger.warning("No NIfTI file to segment in %s (endings left out: %s).", folder, list(exclude))
     return items

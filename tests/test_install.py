@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -37,11 +38,15 @@ def installed(tmp_path_factory):
     """A virtual environment (seeing the global packages: torch, MONAI) with gcl-monai installed from this
     checkout, not editable."""
     root = tmp_path_factory.mktemp("install")
+    # a copy of the source: the build writes build/ and *.egg-info next to setup.cfg, not into this checkout
+    source = root / "source"
+    skip = ("build", "dist", "results", "runs", "outputs", "models", "eval", "work", "*.egg-info", "__pycache__")
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".pytest_cache", *skip))
     venv.create(root / "venv", system_site_packages=True, with_pip=False)
     python = root / "venv" / "bin" / "python"
     # the global pip installs into the virtual environment it is run from
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", str(REPO)],
+        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", str(source)],
         check=True, cwd=root,
     )
     return root, python

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "gcl_monai"
+PACKAGE = (next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())) / "gcl_monai"
 
 #: sub-package -> the gcl_monai sub-packages it may import (docs/architecture.md, "Import rule").
 ALLOWED = {

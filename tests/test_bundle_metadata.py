@@ -15,7 +15,7 @@ from monai.bundle import ConfigParser, verify_net_in_out
 
 import gcl_monai
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 BUNDLES = sorted(p.name for p in (REPO / "bundles").iterdir() if (p / "configs" / "metadata.json").is_file())
 
 SCHEMA = "https://github.com/Project-MONAI/MONAI-extra-test-data/releases/download/0.8.1/meta_schema_20240725.json"
@@ -33,7 +33,9 @@ REQUIRED = (
     "copyright",
     "network_data_format",
 )
-TENSOR_KEYS = ("type", "format", "num_channels", "spatial_shape", "dtype", "value_range", "is_patch_data", "channel_def")
+TENSOR_KEYS = (
+    "type", "format", "num_channels", "spatial_shape", "dtype", "value_range", "is_patch_data", "channel_def"
+)
 
 
 def _configs(bundle: str) -> Path:
@@ -115,4 +117,5 @@ def test_inference_network_loads_the_fine_tuned_weights(bundle):
     with torch.no_grad():
         expected = torch.stack([net2d(volume[..., k]) for k in range(3)], dim=-1)
         assert torch.allclose(net3d(volume), expected, atol=1e-5)  # a batch of 3 slices vs one at a time
-        assert torch.equal(net3d(volume[..., 1]), net2d(volume[..., 1]))  # a batch of slices, as SliceInferer passes  # a batch of slices, as SliceInferer passes
+        # a batch of slices, as SliceInferer passes it
+        assert torch.equal(net3d(volume[..., 1]), net2d(volume[..., 1]))  # a batch of slices, as SliceInferer passes

@@ -13,7 +13,7 @@ import pytest
 import torch
 from monai.bundle import ConfigWorkflow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs"]
 DEMO = REPO / "bundles" / "gcl_demo" / "configs"
 # keys whose values legitimately differ between the datasets' bundles

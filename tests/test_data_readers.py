@@ -28,7 +28,8 @@ from gcl_monai.data import (
 )
 
 SHAPE = (16, 16, 6)
-DATA_ROOT = Path(os.environ.get("GCL_DATA_ROOT", Path(__file__).resolve().parents[2] / "shared" / "data"))
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
+DATA_ROOT = Path(os.environ.get("GCL_DATA_ROOT", REPO.parent / "shared" / "data"))
 
 
 def write_nifti(path: Path, shape=SHAPE, dtype=np.int16) -> Path:

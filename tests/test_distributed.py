@@ -29,7 +29,7 @@ from gcl_monai.handlers import (
 from gcl_monai.losses import MetaContrastiveLoss, PixelContrastiveLoss, gather_two_view_batch
 from gcl_monai.networks import GCLNet
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs"]
 WORLD = 2
 FEATURES = (4, 4, 8, 8, 16, 4)

@@ -19,7 +19,7 @@ from monai.data import MetaTensor
 from gcl_monai.data import inference_datalist
 from gcl_monai.transforms import RepairNonFinited, SelectFramed
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 DEMO = REPO / "bundles" / "gcl_demo" / "configs"
 FEATURES = [8, 8, 16, 16, 32, 8]
 AFFINE = np.diag([1.5, 1.4, 10.0, 1.0])

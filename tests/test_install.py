@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def installed(tmp_path_factory):
     python = root / "venv" / "bin" / "python"
     # the global pip installs into the virtual environment it is run from
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", str(source)],
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", str(source)],
         check=True, cwd=root,
     )
     return root, python

@@ -15,7 +15,7 @@ import pytest
 import torch
 from monai.networks.nets import BasicUNet
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 
 
 def _stub_torchvision(monkeypatch):

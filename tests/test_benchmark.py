@@ -52,6 +52,7 @@ ACDC_META = ["patient_id", "slice_quantile", "organ_state"]
         ("pixcl", [None], True, False, False),
         ("pixcl_gradfilter", [None], True, True, False),
         ("gcl", ACDC_META, True, True, True),
+        ("gcl_paper", ACDC_META, True, True, True),
     ],
 )
 def test_method_pretrain_overrides(name, meta_labels, pixel, grad_filter, mitigate):
@@ -61,6 +62,7 @@ def test_method_pretrain_overrides(name, meta_labels, pixel, grad_filter, mitiga
         "pixel_branch": pixel,
         "grad_filter_enabled": grad_filter,
         "mitigate": mitigate,
+        "recipe": "paper" if name == "gcl_paper" else "gcl",
     }
     assert METHODS[name].pretrain_method == name
 
@@ -80,7 +82,7 @@ def test_methods_without_own_pretraining():
 
 def test_presets():
     mini, ablation, paper = PRESETS["cpu-mini"], PRESETS["cpu-ablation"], PRESETS["paper"]
-    assert mini.methods == ("random", "simclr", "gcl") and mini.num_labeled == (1, 2)
+    assert mini.methods == ("random", "simclr", "gcl", "gcl_paper") and mini.num_labeled == (1, 2)
     assert mini.repeats == 4 and mini.seeds_per_draw == 1
     assert mini.common == {"image_size": [128, 128], "features": [16, 32, 64, 128, 256, 16]}
     assert mini.pretrain["optimizer_name"] == "adam"
@@ -95,7 +97,7 @@ def test_presets():
     assert preset_cuts(paper) == []
     cuts = preset_cuts(mini)
     assert "pretrain epochs: 20 (paper: 300)" in cuts and "repeats (labelled draws): 4 (paper: 5)" in cuts
-    assert any(c.startswith("methods: random, simclr, gcl (left out:") for c in cuts)
+    assert any(c.startswith("methods: random, simclr, gcl, gcl_paper (left out:") for c in cuts)
 
 
 def test_preset_replace_and_iterations():

@@ -20,6 +20,7 @@ ALLOWED = {
     "engines": {"losses", "gradients", "networks"},
     "handlers": {"engines", "losses", "gradients", "networks"},
     "benchmark": {"data", "transforms", "engines", "handlers", "losses", "gradients", "networks"},
+    "diagnose": {"data", "transforms", "engines", "handlers", "losses", "gradients", "networks"},
     "": {"losses", "gradients", "networks"},  # gcl_monai/__init__.py: the public API
 }
 

@@ -10,7 +10,7 @@ import pytest
 from gcl_monai.diagnose import summarise, write_diagnosis
 from gcl_monai.diagnose.__main__ import main, parse_overrides
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 CHANCE = math.log(31)  # batch of 16 images, two views
 
 

@@ -29,8 +29,8 @@ from gcl_monai.data.splits import labeled_subset, load_split, save_split, split_
 _LAZY_EXPORTS = {
     "generate_acdc_phantom": "phantom",
     "synthesize_patient": "phantom",
-    "ensure_phantom": "experiment",
-    "load_or_create_split": "experiment",
+    "ensure_phantom": "bundle_setup",
+    "load_or_create_split": "bundle_setup",
     "SliceDataset": "slice_dataset",
     "SliceRecord": "slice_dataset",
 }

@@ -1,4 +1,4 @@
-"""Glue used by the bundles: one split file per experiment, and the synthetic dataset generated on demand."""
+"""What the bundles set up before a run: the split file of an experiment, the synthetic dataset on demand."""
 
 from __future__ import annotations
 

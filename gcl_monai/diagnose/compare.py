@@ -45,7 +45,7 @@ def comparison_table(folders: Sequence[str | Path], reference: str | Path | None
     for folder in folders:
         s = _load(folder)
         losses = "<br>".join(
-            f"{name}: {v['img_first']:.3f} -> {v['img_last']:.3f}{'' if v['at_chance'] else ' ✓'}"
+            f"{name}: {v['img_first']:.3f} -> {v['img_last']:.3f}{' ✓' if v['below_chance'] else ''}"
             for name, v in s["labels"].items()
         )
         cells = [

@@ -48,7 +48,7 @@ import torch
 
 from benchmarks.bench_grad_filter import closed_form_vs_autograd
 from gcl_monai.engines import GCLPretrainer
-from gcl_monai.gradients import GradMitigator, SumCombiner
+from gcl_monai.gradients import GradMitigator, MeanCombiner
 from gcl_monai.handlers import GradMitigatorHandler
 from gcl_monai.losses import GradFilter, LastLayerJacobian, PixelContrastiveLoss
 from gcl_monai.networks import GCLNet
@@ -125,7 +125,7 @@ def build(variant: str, args, device, batched_backward: bool = False):
         batched_backward=batched_backward,
     )
     m = len(spec["meta_labels"])
-    combiner = GradMitigator(m) if spec["mitigate"] else SumCombiner(m)
+    combiner = GradMitigator(m) if spec["mitigate"] else MeanCombiner(m)
     GradMitigatorHandler(combiner).attach(trainer)
     trainer.state.device = torch.device(device)
     return trainer, combiner

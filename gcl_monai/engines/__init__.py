@@ -1,2 +1,3 @@
 from .events import GCLEvents
+from .inference import CasesFailed, segment_each_case
 from .pretrainer import SIMCLR_TASK, GCLPretrainer

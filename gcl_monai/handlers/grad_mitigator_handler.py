@@ -21,8 +21,8 @@ class GradMitigatorHandler:
     writes the result to the parameters' ``.grad``.
 
     ``combiner`` is a :py:class:`gcl_monai.gradients.GradMitigator` for GCL, or a
-    :py:class:`gcl_monai.gradients.SumCombiner` for the "multi meta labels summed" ablation. The handler
-    forwards ``state_dict``/``load_state_dict`` to it, so it can be passed to a ``CheckpointSaver``.
+    :py:class:`gcl_monai.gradients.MeanCombiner` for the "multi meta labels averaged, no mitigation" ablation. The
+    handler forwards ``state_dict``/``load_state_dict`` to it, so it can be passed to a ``CheckpointSaver``.
     Scalar summaries (cosine similarities and EMA targets) are put in ``engine.state.gradient_stats`` as 0-d
     tensors on the gradients' device (``combiner.summary(as_tensors=True)``), so that nothing waits for the device
     before the optimizer step; the loggers read them (MONAI's stats handlers accept tensors).

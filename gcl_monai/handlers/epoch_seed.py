@@ -17,10 +17,11 @@ __all__ = ["EpochSeedHandler"]
 class EpochSeedHandler:
     """
     At the start of each epoch, seeds Python, NumPy and torch with ``seed + epoch`` and re-seeds the random
-    transforms of the data loader's dataset, before ignite creates the epoch's data iterator: a dataset with a
-    ``set_epoch_seed`` method (:py:class:`gcl_monai.data.SliceDataset`) gets ``seed + epoch`` there, so that each
-    slice's views depend on the epoch and the slice only, also in (persistent) worker processes; another dataset
-    is re-seeded with ``set_rnd`` when the loader has no workers (workers are seeded by the loader). An epoch then
+    transforms of the data loader's dataset, before ignite creates the epoch's data iterator: without loader
+    workers the dataset is re-seeded with ``set_rnd``; with workers, a dataset with a ``set_epoch_seed`` method
+    (:py:class:`gcl_monai.data.SliceDataset`) gets ``seed + epoch`` there, so that each slice's views depend on the
+    epoch and the slice only, whichever (persistent) worker draws them (other datasets' workers are seeded by the
+    loader). An epoch then
     draws the same shuffling, augmentations and sub-sampling whether the run was interrupted or not, so a run
     resumed from an epoch-end checkpoint continues bit-for-bit (on CPU) like an uninterrupted one.
 
@@ -39,7 +40,11 @@ class EpochSeedHandler:
         set_determinism(seed=epoch_seed)
         loader = engine.data_loader
         dataset = getattr(loader, "dataset", None)
-        if hasattr(dataset, "set_epoch_seed"):
-            dataset.set_epoch_seed(epoch_seed)
-        elif getattr(loader, "num_workers", 0) == 0 and dataset is not None:
+        if dataset is None:
+            return
+        if getattr(loader, "num_workers", 0) == 0:
+            if hasattr(dataset, "set_epoch_seed"):
+                dataset.set_epoch_seed(None)
             set_rnd(dataset, epoch_seed)
+        elif hasattr(dataset, "set_epoch_seed"):
+            dataset.set_epoch_seed(epoch_seed)

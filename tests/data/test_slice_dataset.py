@@ -237,3 +237,21 @@ def test_epoch_seed_keeps_the_view_distribution(tmp_path):
         a, b = [float(stat(v)) for v in stream], [float(stat(v)) for v in seeded]
         assert ks_2samp(a, b).pvalue > 1e-3
     assert len({round(float(v.mean()), 6) for v in seeded}) > 250  # the seeds are not reused
+
+
+def test_epoch_seed_handler_seeds_slices_only_for_worker_loaders(tmp_path):
+    from types import SimpleNamespace
+
+    from gcl_monai.handlers import EpochSeedHandler
+
+    ds = SliceDataset(make_volumes(tmp_path, depths=(4,)), volume_transforms(image_size=16), pretrain_transforms(16))
+    engine = SimpleNamespace(state=SimpleNamespace(epoch=3), data_loader=SimpleNamespace(dataset=ds, num_workers=2))
+    EpochSeedHandler(seed=10)(engine)
+    assert int(ds._epoch_seed[0]) == 13  # workers: views a function of (seed + epoch, index)
+    first = ds[2]["image"]
+    engine.data_loader.num_workers = 0
+    EpochSeedHandler(seed=10)(engine)
+    assert int(ds._epoch_seed[0]) == -1  # main process: one stream re-seeded per epoch (set_rnd), as before
+    ds.set_epoch_seed(13)
+    assert torch.equal(ds[2]["image"], first)
+    set_determinism(seed=None)

@@ -86,7 +86,12 @@ def test_hand_computed_2d_case():
     assert torch.allclose(mitigator.targets[:, :, 0], torch.tensor([[0.0, t], [t, 0.0]]), atol=1e-6)
     assert torch.allclose(mitigator.last_cosine[0, 1], torch.tensor(w), atol=1e-6)
     assert mitigator.last_cosine[0, 0].isnan().all()
-    assert mitigator.summary() == pytest.approx({"cos_0_1": w, "cos_1_0": w, "target_0_1": t, "target_1_0": t})
+    # both pairs corrected; |out - mean| / |mean| with mean = [0, 1/2]: sqrt(2) (1/4 - 1/(4 sqrt 7)) / (1/2)
+    change = 2 * math.sqrt(2) * (0.25 - 1 / (4 * math.sqrt(7)))
+    assert mitigator.summary() == pytest.approx(
+        {"cos_0_1": w, "cos_1_0": w, "target_0_1": t, "target_1_0": t, "acted_0_1": 1.0, "acted_1_0": 1.0,
+         "change": change}
+    )
     assert mitigator.step == 1
     # Law of Sines: right after a correction the cosine equals the target.
     assert _cos(g1_prime, g2.double()) == pytest.approx(t, abs=1e-12)
@@ -304,3 +309,52 @@ def test_sum_combiner_returns_mean():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert torch.allclose(GradMitigator(2).combine(aligned)[0], SumCombiner(2).combine(aligned)[0])
+
+
+def _persistent_conflict(mitigator: GradMitigator, steps: int):
+    """The same two conflicting gradients (cosine -0.287) at every step; returns the last output."""
+    g1, g2 = torch.tensor([1.0, 0.0]), torch.tensor([-0.3, 1.0])
+    for _ in range(steps):
+        (out,) = mitigator.combine([[g1], [g2]])
+    return g1, g2, out
+
+
+def test_persistent_conflict_fades_under_the_paper_rule():
+    # Algorithm 1 as written: the EMA target follows the (constant, negative) cosine, so the correction of
+    # Eq. (3) shrinks as (1 - beta)^t and the update returns to the plain mean: the conflict is not mitigated.
+    mitigator = GradMitigator(num_tasks=2, beta=0.01)
+    g1, g2, out = _persistent_conflict(mitigator, 1)
+    w = _cos(g1, g2)
+    assert w < -0.28
+    assert mitigator.summary()["change"] > 0.25  # first step: target 0.01 * w, nearly orthogonalised
+    g1, g2, out = _persistent_conflict(mitigator, 1500)
+    assert float(mitigator.targets[0, 1]) == pytest.approx(w, abs=1e-5)
+    assert torch.allclose(out, (g1 + g2) / 2, atol=1e-5)
+    assert mitigator.summary()["change"] < 1e-4
+
+
+def test_min_target_mitigates_a_persistent_conflict():
+    # with a floor of 0 the target never follows the conflict below orthogonality: Eq. (3) with t = 0 gives
+    # mu = -(g_i . g_j) / |g_j|^2, i.e. each gradient loses its component along the other, at every step.
+    mitigator = GradMitigator(num_tasks=2, beta=0.01, min_target=0.0)
+    g1, g2, out = _persistent_conflict(mitigator, 1500)
+    dot = float(g1 @ g2)
+    expected = (g1 - dot / float(g2 @ g2) * g2 + g2 - dot / float(g1 @ g1) * g1) / 2
+    assert torch.allclose(out, expected, atol=1e-5)
+    assert float(mitigator.targets[0, 1]) == pytest.approx(_cos(g1, g2), abs=1e-5)  # the EMA is still Eq. (4)
+    summary = mitigator.summary()
+    assert summary["acted_0_1"] == 1.0 and summary["acted_1_0"] == 1.0
+    assert summary["change"] == pytest.approx(float((out - (g1 + g2) / 2).norm() / ((g1 + g2) / 2).norm()), rel=1e-4)
+    # agreeing gradients above the floor: the paper's adaptive rule applies unchanged
+    agree = GradMitigator(num_tasks=2, beta=0.3, min_target=0.0)
+    paper = GradMitigator(num_tasks=2, beta=0.3)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(5):
+        a = torch.randn(6, generator=gen)
+        grads = [[a], [a + 0.3 * torch.randn(6, generator=gen)]]
+        assert torch.allclose(agree.combine(grads)[0], paper.combine(grads)[0])
+
+
+def test_min_target_out_of_range():
+    with pytest.raises(ValueError, match="min_target"):
+        GradMitigator(num_tasks=2, min_target=1.5)

@@ -4,12 +4,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gcl_monai.losses import GradFilter, LastLayerJacobian, MetaContrastiveLoss, PixelContrastiveLoss, pace
+from gcl_monai.losses import (
+    GradFilter,
+    LastLayerJacobian,
+    MetaContrastiveLoss,
+    PixelContrastiveLoss,
+    chance_level,
+    pace,
+)
 from gcl_monai.networks import GCLNet
 
 
-def reference_meta_loss(z, labels, tau):
-    """Literal Eq. (1): double loop over anchors and positives."""
+def reference_meta_loss(z, labels, tau, form="out", view_weight=None):
+    """Literal Eq. (1) (form "out") and its mean-inside-the-log form ("in"): loops over anchors and positives."""
     z = F.normalize(z.double(), dim=1)
     two_n = z.shape[0]
     n = two_n // 2
@@ -18,8 +25,17 @@ def reference_meta_loss(z, labels, tau):
     total = 0.0
     for i in range(two_n):
         denom = sum(math.exp(float(z[i] @ z[a]) / tau) for a in range(two_n) if a != i)
-        pos = [j for j in range(two_n) if j != i and (row_label[j] == row_label[i] or j == (i + n) % two_n)]
-        total += -sum(math.log(math.exp(float(z[i] @ z[j]) / tau) / denom) for j in pos) / len(pos)
+        view = (i + n) % two_n
+        others = [j for j in range(two_n) if j not in (i, view) and row_label[j] == row_label[i]]
+        if view_weight is None or labels is None or not others:
+            weights = {j: 1 / (len(others) + 1) for j in [view, *others]}
+        else:
+            weights = {view: view_weight, **{j: (1 - view_weight) / len(others) for j in others}}
+        prob = {j: math.exp(float(z[i] @ z[j]) / tau) / denom for j in weights}
+        if form == "out":
+            total += -sum(w * math.log(prob[j]) for j, w in weights.items())
+        else:
+            total += -math.log(sum(w * prob[j] for j, w in weights.items()))
     return total / two_n
 
 
@@ -43,6 +59,55 @@ class TestMetaContrastiveLoss:
         z = torch.randn(10, 6)
         got = MetaContrastiveLoss(temperature=0.1)(z, labels)
         assert float(got) == pytest.approx(reference_meta_loss(z, labels, 0.1), rel=1e-5)
+
+    @pytest.mark.parametrize("form", ["out", "in"])
+    @pytest.mark.parametrize("view_weight", [None, 0.5, 0.0])
+    @pytest.mark.parametrize("labels", [None, torch.tensor([0, 1, 0, 2, 1]), torch.tensor([3, 3, 3, 3, 3])])
+    def test_forms_against_reference(self, labels, form, view_weight):
+        torch.manual_seed(2)
+        z = torch.randn(10, 6)
+        got = MetaContrastiveLoss(temperature=0.2, loss_form=form, view_weight=view_weight)(z, labels)
+        assert float(got) == pytest.approx(reference_meta_loss(z, labels, 0.2, form, view_weight), rel=1e-5)
+
+    def test_worked_values_many_positives(self):
+        # N = 48 images (96 rows), a meta label shared by 24 images: 47 positives per row, tau = 0.1
+        n, tau = 48, 0.1
+        labels = torch.arange(n) % 2
+        collapsed = torch.ones(2 * n, 8)
+        blind = torch.eye(n).repeat(2, 1)  # each image's two views identical, different images orthogonal
+        separated = torch.where(labels.repeat(2)[:, None] == 0, 1.0, -1.0) * torch.ones(2 * n, 4)
+        out = MetaContrastiveLoss(tau, loss_form="out")
+        inside = MetaContrastiveLoss(tau, loss_form="in")
+        e = math.exp(1 / tau)
+        # collapse: every row at chance, ln(2N - 1) = ln 95 = 4.55 for both forms
+        assert chance_level(n) == pytest.approx(math.log(95))
+        assert float(out(collapsed, labels)) == pytest.approx(math.log(95), rel=1e-6)
+        assert float(inside(collapsed, labels)) == pytest.approx(math.log(95), rel=1e-6)
+        # discriminative but blind to the label: Eq. (1) as written, -(1/47)(1/tau) + ln(e^(1/tau) + 94) = 9.79
+        assert float(out(blind, labels)) == pytest.approx(-(1 / tau) / 47 + math.log(e + 94), rel=1e-6)
+        assert float(out(blind, labels)) == pytest.approx(9.79, abs=5e-3)
+        # ... while the mean inside the log scores it -ln((1/47)(e^(1/tau) + 46) / (e^(1/tau) + 94)) = 3.85,
+        # below collapse
+        assert float(inside(blind, labels)) == pytest.approx(math.log(47) + math.log((e + 94) / (e + 46)), rel=1e-6)
+        assert float(inside(blind, labels)) == pytest.approx(3.85, abs=5e-3)
+        # classes separated: ln(47 + 48 / e^(2/tau)) = 3.85, the floor ln|P| of both forms
+        for loss in (out, inside):
+            assert float(loss(separated, labels)) == pytest.approx(math.log(47 + 48 / e**2), rel=1e-6)
+        with pytest.raises(ValueError, match="num_images"):
+            chance_level(0)
+
+    def test_view_weight(self):
+        # the other view alone (weight 1) is SimCLR's NT-Xent whatever the meta label
+        torch.manual_seed(3)
+        z = torch.randn(8, 5)
+        labels = torch.tensor([0, 0, 1, 1])
+        for form in ("out", "in"):
+            only_view = MetaContrastiveLoss(0.1, loss_form=form, view_weight=1.0)(z, labels)
+            assert float(only_view) == pytest.approx(float(MetaContrastiveLoss(0.1)(z)), rel=1e-6)
+        with pytest.raises(ValueError, match="view_weight"):
+            MetaContrastiveLoss(view_weight=1.5)
+        with pytest.raises(ValueError):
+            MetaContrastiveLoss(loss_form="inside")
 
     def test_simclr_is_nt_xent(self):
         # NT-Xent written as a cross-entropy over the 2N - 1 other rows with the other view as target

@@ -249,3 +249,30 @@ def test_encoder_export_loads_into_basic_unet(tmp_path):
     CheckpointLoader(str(tmp_path / "encoder.pt"), {"model": unet}, strict=False)(trainer)
     for k, v in net.encoder_state_dict().items():
         assert torch.equal(unet.state_dict()[k], v), k
+
+
+def test_pixel_warmup_and_embedding_statistics():
+    trainer, net, _ = build()
+    trainer.pixel_warmup = 4
+    records = []
+
+    @trainer.on(Events.ITERATION_COMPLETED)
+    def _record(engine):
+        records.append({k: float(v) for k, v in engine.state.output.items()})
+
+    outputs = {}
+    net.register_forward_hook(lambda m, i, o: outputs.update(img=o["img"].detach().clone()))
+    trainer.state.max_epochs = 2
+    trainer.run()  # 2 iterations per epoch: t = 1..4
+    assert [r["pixel_weight"] for r in records] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    for r in records:
+        img = sum(v for k, v in r.items() if k.startswith("img/"))
+        pix = sum(v for k, v in r.items() if k.startswith("pix/"))
+        assert r["loss"] == pytest.approx(img + r["pixel_weight"] * pix, rel=1e-5)
+    # cos/img: mean off-diagonal cosine of the last batch's image embeddings
+    unit = torch.nn.functional.normalize(outputs["img"], dim=1)
+    cos = unit @ unit.T
+    off_diagonal = cos[~torch.eye(len(unit), dtype=torch.bool)]
+    assert records[-1]["cos/img"] == pytest.approx(float(off_diagonal.mean()), abs=1e-5)
+    with pytest.raises(ValueError, match="pixel_warmup"):
+        GCLPretrainer(device="cpu", max_epochs=1, train_data_loader=[], network=net, optimizer=None, pixel_warmup=-1)

@@ -41,7 +41,8 @@ class GCLPretrainer(Trainer):
 
     ``engine.state.output`` holds ``"loss"`` (sum over meta labels), per meta label name ``"img/<name>"`` and
     ``"pix/<name>"``, ``"std/img"`` (the mean per-dimension standard deviation of the normalised image-wise
-    representations, near 0 when they collapse), ``"lr"``, ``"pace"`` (GradFilter's keep fraction, with the pixel
+    representations, near 0 when they collapse), ``"cos/img"`` (their mean pairwise cosine similarity, near 1
+    when they collapse), ``"pixel_weight"`` (with the pixel branch), ``"lr"``, ``"pace"`` (GradFilter's keep fraction, with the pixel
     branch and a GradFilter), plus whatever the combiner handler reports in ``engine.state.gradient_stats``.
 
     Args:
@@ -54,6 +55,10 @@ class GCLPretrainer(Trainer):
         image_loss: image-wise loss; defaults to ``MetaContrastiveLoss(0.1)``.
         pixel_loss: pixel-wise loss (None disables the pixel branch).
         pixel_weight: weight of the pixel-wise loss (1 in the paper).
+        pixel_warmup: number of iterations over which the weight of the pixel-wise loss rises linearly from
+            0 to ``pixel_weight`` (iteration t uses ``pixel_weight * min(1, t / pixel_warmup)``), so that the
+            image-wise branch can leave its near-collapsed start before the pixel-wise losses pull on the same
+            encoder; 0 (the paper) applies the full weight from the first iteration.
         grad_filter: GradFilter used by the pixel loss (its ``keep_fraction`` is set by a pace handler).
         view_keys: keys of the two views in the batch.
         gather_negatives: under ``torch.distributed``, compute the image-wise loss on the batch of all ranks
@@ -71,7 +76,8 @@ class GCLPretrainer(Trainer):
             as in :py:class:`monai.engines.SupervisedTrainer`.
 
     Raises:
-        ValueError: when ``meta_labels`` is empty, or a batch lacks a meta label (named in the message).
+        ValueError: when ``meta_labels`` is empty, ``pixel_warmup`` is negative, or a batch lacks a meta label
+            (named in the message).
         RuntimeError: when a loss is not finite, or no combiner handler consumed the gradients.
     """
 
@@ -86,6 +92,7 @@ class GCLPretrainer(Trainer):
         image_loss: Callable | None = None,
         pixel_loss: PixelContrastiveLoss | None = None,
         pixel_weight: float = 1.0,
+        pixel_warmup: int = 0,
         grad_filter: GradFilter | None = None,
         view_keys: Sequence[str] = ("image", "image_2"),
         gather_negatives: bool = False,
@@ -104,7 +111,10 @@ class GCLPretrainer(Trainer):
         self.meta_labels = list(meta_labels)
         self.image_loss = image_loss if image_loss is not None else MetaContrastiveLoss(temperature=0.1)
         self.pixel_loss = pixel_loss
+        if pixel_warmup < 0:
+            raise ValueError(f"pixel_warmup must be >= 0, got {pixel_warmup}.")
         self.pixel_weight = pixel_weight
+        self.pixel_warmup = pixel_warmup
         self.grad_filter = grad_filter
         self.view_keys = tuple(view_keys)
         self.gather_negatives = gather_negatives
@@ -156,12 +166,19 @@ class GCLPretrainer(Trainer):
         )
         jacobian = LastLayerJacobian.from_output(engine.network, out) if filtering else None
         # per-dimension std of the normalised image-wise representations; ~0 means collapse
-        output: dict = {"std/img": torch.nn.functional.normalize(out["img"].detach(), dim=1).std(0).mean()}
+        unit = torch.nn.functional.normalize(out["img"].detach(), dim=1)
+        num_rows = unit.shape[0]
+        mean_cos = (unit.sum(0).square().sum() - num_rows) / (num_rows * (num_rows - 1))
+        output: dict = {"std/img": unit.std(0).mean(), "cos/img": mean_cos}
         img, img_labels = out["img"], labels
         if engine.gather_negatives:
             img, img_labels = gather_two_view_batch(img, labels)
         pixel_losses = [None] * len(labels)
-        if engine.pixel_loss is not None:  # one pass over the (anchor, positive) image pairs of all meta labels
+        pixel_weight = engine.pixel_weight
+        if engine.pixel_warmup > 0:
+            pixel_weight *= min(1.0, engine.state.iteration / engine.pixel_warmup)
+        if engine.pixel_loss is not None:
+            output["pixel_weight"] = pixel_weight  # one pass over the (anchor, positive) image pairs of all meta labels
             pixel_losses = engine.pixel_loss.forward_multi(
                 out["pix"], out["img_map"], labels, engine.grad_filter, jacobian
             )
@@ -171,7 +188,7 @@ class GCLPretrainer(Trainer):
             output[f"img/{name}"] = loss.detach()
             if pix is not None:
                 output[f"pix/{name}"] = pix.detach()
-                loss = loss + engine.pixel_weight * pix
+                loss = loss + pixel_weight * pix
             if not torch.isfinite(loss):
                 raise RuntimeError(
                     f"non-finite loss for meta label '{name}' at iteration {engine.state.iteration}: "

@@ -34,6 +34,14 @@ class GradMitigator(GradientCombiner):
 
     After a correction ``cos(g'_i, g_j)`` equals ``t_ij``. The targets start at 0 and persist across calls.
 
+    Persistent conflicts: the EMA target follows the observed cosine, so when two meta labels conflict at every
+    step (``w_ij`` stays negative) the target settles at that negative value and ``w_ij < t_ij`` is then true only
+    half of the time, by a vanishing margin: Algorithm 1 as written stops mitigating exactly the conflicts it is
+    meant for. ``min_target`` (a departure from the paper, off by default) uses ``max(t_ij, min_target)`` as the
+    target in the comparison and in Eq. (3) while the stored EMA still follows Eq. (4); with ``min_target=0`` a
+    conflicting component is always removed down to orthogonality (as in PCGrad, Yu et al., NeurIPS 2020), and
+    above the floor the paper's adaptive target applies unchanged.
+
     With ``granularity="parameter"`` (the paper: "all the parameters are updated individually") every
     parameter tensor has its own cosines and targets (state ``(M, M, P)`` for ``P`` parameters); with
     ``"global"`` all parameters are concatenated into one vector (state ``(M, M, 1)``).
@@ -75,10 +83,11 @@ class GradMitigator(GradientCombiner):
         beta: EMA weight of the target cosine similarities (Eq. 4), in ``[0, 1]``. Defaults to 0.01 (paper).
         granularity: ``"parameter"`` (per parameter tensor) or ``"global"`` (whole gradient as one vector).
         eps: norms ``<= eps`` are treated as zero (undefined cosine). Defaults to 1e-12.
+        min_target: lower bound of the target used in Eq. (3), in ``[-1, 1]``, or None (the paper: no bound).
 
     Raises:
         ValueError: When ``num_tasks < 1``, ``beta`` is not in ``[0, 1]``, ``eps < 0`` or ``granularity`` is
-            not one of ``"parameter"``, ``"global"``.
+            not one of ``"parameter"``, ``"global"``, or ``min_target`` is not in ``[-1, 1]``.
 
     Example::
 
@@ -89,8 +98,17 @@ class GradMitigator(GradientCombiner):
         optimizer.step()
     """
 
-    def __init__(self, num_tasks: int, beta: float = 0.01, granularity: str = "parameter", eps: float = 1e-12) -> None:
+    def __init__(
+        self,
+        num_tasks: int,
+        beta: float = 0.01,
+        granularity: str = "parameter",
+        eps: float = 1e-12,
+        min_target: float | None = None,
+    ) -> None:
         super().__init__(num_tasks)
+        if min_target is not None and not -1.0 <= min_target <= 1.0:
+            raise ValueError(f"min_target must be in [-1, 1] or None, got {min_target}.")
         if not 0.0 <= beta <= 1.0:
             raise ValueError(f"beta must be in [0, 1], got {beta}.")
         if eps < 0:
@@ -98,8 +116,11 @@ class GradMitigator(GradientCombiner):
         self.beta = float(beta)
         self.granularity = look_up_option(granularity, ("parameter", "global"))
         self.eps = float(eps)
+        self.min_target = None if min_target is None else float(min_target)
         self._targets: torch.Tensor | None = None
         self._last_cosine: torch.Tensor | None = None
+        self._last_acted: torch.Tensor | None = None
+        self._last_change: torch.Tensor | None = None
         self._step = 0
 
     @property
@@ -155,12 +176,21 @@ class GradMitigator(GradientCombiner):
                     norm_i = torch.einsum("ms,mns,ns->s", coef, gram, coef).clamp_min(0.0).sqrt()
                     coef[j] += self._pair_update(i, j, dot, norm_i, norms[j])
                 weights += coef / self.num_tasks
+            self._last_change = self._relative_change(weights, gram)
             weights = weights[:, layout.block_ids].to(g.dtype).unsqueeze(-1)
             out = torch.mul(g[0], weights[0])
             for m in range(1, self.num_tasks):
                 out.addcmul_(weights[m], g[m])
         self._step += 1
         return layout.unpack(out, grads[0])
+
+    def _relative_change(self, weights: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
+        """``|sum_m a_m g_m - mean_m g_m| / |mean_m g_m|`` over all parameters: how much Algorithm 1 moved the update."""
+        delta = weights - 1.0 / self.num_tasks
+        moved = torch.einsum("ms,mns,ns->", delta, gram, delta).clamp_min(0.0)
+        mean = torch.full_like(weights, 1.0 / self.num_tasks)
+        plain = torch.einsum("ms,mns,ns->", mean, gram, mean).clamp_min(0.0)
+        return (moved / plain.clamp_min(self.eps**2)).sqrt()
 
     @staticmethod
     def _gram(g: torch.Tensor, layout: GradientLayout) -> torch.Tensor:
@@ -197,6 +227,7 @@ class GradMitigator(GradientCombiner):
         else:
             self._targets = self._targets.to(device=device, dtype=layout.dtype)
         self._last_cosine = torch.full(shape, float("nan"), device=device, dtype=layout.dtype)
+        self._last_acted = torch.zeros(shape, device=device, dtype=torch.bool)
 
     def _pair_update(
         self, i: int, j: int, dot: torch.Tensor, norm_i: torch.Tensor, norm_j: torch.Tensor
@@ -210,27 +241,47 @@ class GradMitigator(GradientCombiner):
         target = torch.where(valid, (1.0 - self.beta) * self._targets[i, j] + self.beta * w, self._targets[i, j])
         self._targets[i, j] = target
         self._last_cosine[i, j] = torch.where(valid, w, float("nan"))
+        if self.min_target is not None:
+            target = target.clamp_min(self.min_target)
         target = target.clamp(-1.0 + TARGET_MARGIN, 1.0 - TARGET_MARGIN)
         sin_target = (1.0 - target * target).sqrt()
         mu = norm_i / norm_j * (target * (1.0 - w * w).sqrt() - w * sin_target) / sin_target
-        return torch.where(valid & (w < target), mu, 0.0)
+        acted = valid & (w < target)
+        self._last_acted[i, j] = acted
+        return torch.where(acted, mu, 0.0)
+
+    @property
+    def last_acted(self) -> torch.Tensor | None:
+        """
+        A copy of the ``(M, M, P)`` boolean mask of the last :meth:`combine` call: where Eq. (3) changed ``g'_i``
+        (``w_ij`` below the target), ``None`` before the first call.
+        """
+        return None if self._last_acted is None else self._last_acted.clone()
 
     def summary(self) -> dict[str, float]:
         """
         Returns:
             for every pair ``i != j``: ``cos_i_j``, the mean over parameters of the last cosines (ignoring
-            undefined ones; NaN if all are undefined), and ``target_i_j``, the mean over parameters of the
-            targets. Empty before the first :meth:`combine` (only targets after a :meth:`load_state_dict`).
+            undefined ones; NaN if all are undefined), ``target_i_j``, the mean over parameters of the
+            targets, and ``acted_i_j``, the fraction of parameters whose ``g'_i`` Eq. (3) changed with ``g_j``
+            in the last call, and ``change``: ``|update - mean_m g_m| / |mean_m g_m|`` of the last call (0 when
+            nothing was mitigated). Empty before the first :meth:`combine` (only targets after a
+            :meth:`load_state_dict`).
         """
         result: dict[str, float] = {}
         cos = None if self._last_cosine is None else torch.nanmean(self._last_cosine, dim=-1).tolist()
         tgt = None if self._targets is None else self._targets.mean(dim=-1).tolist()
+        acted = None if self._last_acted is None else self._last_acted.float().mean(dim=-1).tolist()
         for i in range(self.num_tasks):
             for j in range(self.num_tasks):
                 if i != j and cos is not None:
                     result[f"cos_{i}_{j}"] = cos[i][j]
                 if i != j and tgt is not None:
                     result[f"target_{i}_{j}"] = tgt[i][j]
+                if i != j and acted is not None:
+                    result[f"acted_{i}_{j}"] = acted[i][j]
+        if self._last_change is not None:
+            result["change"] = float(self._last_change)
         return result
 
     def state_dict(self) -> dict[str, Any]:
@@ -284,3 +335,5 @@ class GradMitigator(GradientCombiner):
         self._targets = targets
         self._step = int(state_dict["step"])
         self._last_cosine = None
+        self._last_acted = None
+        self._last_change = None

@@ -6,5 +6,5 @@ from .consistency import (
 )
 from .distributed import all_gather_with_grad, gather_two_view_batch
 from .grad_filter import GradFilter, LastLayerJacobian, pace
-from .meta_contrastive import MetaContrastiveLoss, positive_mask
+from .meta_contrastive import LOSS_FORMS, MetaContrastiveLoss, chance_level, positive_mask
 from .pixel_contrastive import PixelContrastiveLoss

@@ -6,31 +6,52 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
-from monai.networks.layers.factories import Conv
+from monai.networks.layers.factories import Conv, Norm
+from monai.utils import look_up_option
 from monai.networks.nets.basic_unet import Down, TwoConv
 from monai.utils import ensure_tuple_rep
 
-__all__ = ["GCLNet", "ProjectionHead", "ENCODER_PREFIXES", "trainable_parameters"]
+__all__ = ["GCLNet", "ProjectionHead", "ENCODER_PREFIXES", "IMAGE_POOLING", "trainable_parameters"]
 
 #: top-level module names shared with :py:class:`monai.networks.nets.BasicUNet`'s encoder.
 ENCODER_PREFIXES = ("conv_0.", "down_1.", "down_2.", "down_3.", "down_4.")
 
+#: where the image-wise representation is pooled: ``"after_head"`` (GAP of the per-pixel :math:`h_{img}` map) or
+#: ``"before_head"`` (:math:`h_{img}` of the globally average-pooled encoder features).
+IMAGE_POOLING = ("after_head", "before_head")
+
 
 class ProjectionHead(nn.Sequential):
     """
-    1x1 convolution, ReLU, 1x1 convolution (the paper's :math:`h_{img}` and :math:`h_{pix}`, Sec. 4.2).
+    1x1 convolution, ReLU, 1x1 convolution (the paper's :math:`h_{img}` and :math:`h_{pix}`, Sec. 4.2), or a
+    deeper head with ``num_layers`` convolutions and a normalisation after each hidden one.
 
     Args:
         spatial_dims: number of spatial dimensions.
         in_channels: channels of the encoder output; also the hidden width, as in the paper.
         out_channels: dimension of the representation space (128 in the paper).
+        num_layers: number of 1x1 convolutions (2 in the paper).
+        norm: normalisation after each hidden convolution (a MONAI ``Norm`` name such as ``"batch"``), or None
+            (the paper).
+
+    Raises:
+        ValueError: when ``num_layers < 1``.
     """
 
-    def __init__(self, spatial_dims: int, in_channels: int, out_channels: int = 128):
+    def __init__(
+        self, spatial_dims: int, in_channels: int, out_channels: int = 128, num_layers: int = 2, norm: str | None = None
+    ):
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be at least 1, got {num_layers}.")
         conv = Conv[Conv.CONV, spatial_dims]
-        super().__init__(
-            conv(in_channels, in_channels, kernel_size=1), nn.ReLU(), conv(in_channels, out_channels, kernel_size=1)
-        )
+        layers: list[nn.Module] = []
+        for _ in range(num_layers - 1):
+            layers.append(conv(in_channels, in_channels, kernel_size=1))
+            if norm is not None:
+                layers.append(Norm[norm, spatial_dims](in_channels))
+            layers.append(nn.ReLU())
+        layers.append(conv(in_channels, out_channels, kernel_size=1))
+        super().__init__(*layers)
 
 
 class GCLNet(nn.Module):
@@ -48,7 +69,8 @@ class GCLNet(nn.Module):
         - ``"features"``: encoder output :math:`f(x)`, (B, C, h, w) with h = H / 16.
         - ``"img_map"``: :math:`h_{img}(f(x))` per pixel, (B, D, h, w); its cosine similarities are the pixel
           affinity of Eq. (6).
-        - ``"img"``: global average pooling of ``img_map``, (B, D): the image-wise representation of Eq. (1).
+        - ``"img"``: the image-wise representation of Eq. (1), (B, D): global average pooling of ``img_map``
+          (``image_pooling="after_head"``) or :math:`h_{img}` of the pooled features (``"before_head"``).
         - ``"pix"``: :math:`h_{pix}(f(x))`, (B, D, h, w): the pixel-wise representation of Eq. (5).
         - ``"last_input"`` and ``"last_conv"``: the input and the (pre-normalisation) output of the encoder's
           last convolution, used by GradFilter's closed-form gradient magnitudes.
@@ -63,6 +85,13 @@ class GCLNet(nn.Module):
         norm: feature normalisation type and arguments, as in BasicUNet.
         bias: whether the convolutions have a bias term.
         dropout: dropout ratio.
+        img_head_layers: number of 1x1 convolutions of :math:`h_{img}` (2 in the paper).
+        img_head_norm: normalisation after the hidden layers of :math:`h_{img}` (e.g. ``"batch"``), or None (the
+            paper). A batch normalisation centres the representations of a batch, so that a freshly initialised
+            encoder does not map every image to nearly the same direction (which puts Eq. 1 at its collapse
+            value from the first iteration). :math:`h_{pix}` always follows the paper (GradFilter's closed form
+            relies on its 1x1 conv, ReLU, 1x1 conv structure).
+        image_pooling: ``"after_head"`` (the default) or ``"before_head"``, see ``"img"`` above.
     """
 
     def __init__(
@@ -75,8 +104,12 @@ class GCLNet(nn.Module):
         norm: str | tuple = ("instance", {"affine": True}),
         bias: bool = True,
         dropout: float | tuple = 0.0,
+        img_head_layers: int = 2,
+        img_head_norm: str | None = None,
+        image_pooling: str = "after_head",
     ):
         super().__init__()
+        self.image_pooling = look_up_option(image_pooling, IMAGE_POOLING)
         fea = ensure_tuple_rep(features, 6)
         self.spatial_dims = spatial_dims
         self.conv_0 = TwoConv(spatial_dims, in_channels, fea[0], act, norm, bias, dropout)
@@ -84,7 +117,7 @@ class GCLNet(nn.Module):
         self.down_2 = Down(spatial_dims, fea[1], fea[2], act, norm, bias, dropout)
         self.down_3 = Down(spatial_dims, fea[2], fea[3], act, norm, bias, dropout)
         self.down_4 = Down(spatial_dims, fea[3], fea[4], act, norm, bias, dropout)
-        self.h_img = ProjectionHead(spatial_dims, fea[4], proj_dim)
+        self.h_img = ProjectionHead(spatial_dims, fea[4], proj_dim, num_layers=img_head_layers, norm=img_head_norm)
         self.h_pix = ProjectionHead(spatial_dims, fea[4], proj_dim)
 
     @property
@@ -102,10 +135,15 @@ class GCLNet(nn.Module):
         last_conv = self.last_layer.conv(last_input)
         features = self.last_layer.adn(last_conv)
         img_map = self.h_img(features)
+        if self.image_pooling == "after_head":
+            img = img_map.flatten(2).mean(-1)
+        else:
+            pooled = features.flatten(2).mean(-1).view(*features.shape[:2], *([1] * self.spatial_dims))
+            img = self.h_img(pooled).flatten(1)
         return {
             "features": features,
             "img_map": img_map,
-            "img": img_map.flatten(2).mean(-1),
+            "img": img,
             "pix": self.h_pix(features),
             "last_input": last_input,
             "last_conv": last_conv,

@@ -1,0 +1,6 @@
+"""Diagnosis of a pre-training recipe: do the image-wise objectives train, collapse or stall?"""
+
+from .recorder import TrajectoryRecorder
+from .summary import DiagnosisSummary, summarise, write_diagnosis
+
+__all__ = ["TrajectoryRecorder", "DiagnosisSummary", "summarise", "write_diagnosis"]

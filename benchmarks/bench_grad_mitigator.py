@@ -7,7 +7,7 @@ and both granularities, against:
 
     - a naive implementation of Algorithm 1 looping in Python over the parameters (per-tensor torch ops,
       Python-float targets), which is what the vectorised implementation replaces;
-    - ``SumCombiner.combine`` (plain average, the lower bound of any combiner);
+    - ``MeanCombiner.combine`` (plain average, the lower bound of any combiner);
     - one forward + backward pass of the encoder itself on a small batch (the cost ``combine`` is added to,
       M times per step in GCL).
 
@@ -34,7 +34,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from gcl_monai.gradients import GradMitigator, SumCombiner
+from gcl_monai.gradients import GradMitigator, MeanCombiner
 
 # BasicUNet encoder features (conv_0, down_1, ..., down_4) at scale 1; ~1.19M parameters in 2D.
 BASE_FEATURES = (32, 32, 64, 128, 256)
@@ -165,7 +165,7 @@ def main() -> None:
             backward_ms = bench_backward(net, args.batch, args.image_size, args.repeats, device)
         for num_tasks in args.tasks:
             grads = [[torch.randn(s, generator=gen, device=device) for s in shapes] for _ in range(num_tasks)]
-            summer = SumCombiner(num_tasks)
+            summer = MeanCombiner(num_tasks)
             sum_ms = time_ms(lambda: summer.combine(grads), args.repeats, device)
             for granularity in args.granularities:
                 mitigator = GradMitigator(num_tasks, granularity=granularity)

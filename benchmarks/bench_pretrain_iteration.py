@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from gcl_monai.engines import GCLPretrainer
-from gcl_monai.gradients import GradMitigator, SumCombiner
+from gcl_monai.gradients import GradMitigator, MeanCombiner
 from gcl_monai.handlers import GradMitigatorHandler
 from gcl_monai.losses import GradFilter, LastLayerJacobian, PixelContrastiveLoss
 from gcl_monai.networks import GCLNet
@@ -104,7 +104,7 @@ def build(variant: str, args, device):
         grad_filter=grad_filter,
     )
     m = len(spec["meta_labels"])
-    combiner = GradMitigator(m) if spec["mitigate"] else SumCombiner(m)
+    combiner = GradMitigator(m) if spec["mitigate"] else MeanCombiner(m)
     GradMitigatorHandler(combiner).attach(trainer)
     trainer.state.device = torch.device(device)
     return trainer, combiner

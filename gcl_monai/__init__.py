@@ -1,6 +1,6 @@
 """gcl-monai: GCL (gradient-guided contrastive learning with multi-perspective meta labels) for MONAI."""
 
-from gcl_monai.gradients import GradMitigator, SumCombiner
+from gcl_monai.gradients import GradMitigator, MeanCombiner
 from gcl_monai.losses import GradFilter, MetaContrastiveLoss, PixelContrastiveLoss, pace
 from gcl_monai.networks import GCLNet
 
@@ -10,9 +10,9 @@ __all__ = [
     "GCLNet",
     "GradFilter",
     "GradMitigator",
+    "MeanCombiner",
     "MetaContrastiveLoss",
     "PixelContrastiveLoss",
-    "SumCombiner",
     "pace",
     "__version__",
 ]

@@ -16,7 +16,7 @@ from ignite.engine import Engine, Events
 from monai.bundle import ConfigParser
 
 from gcl_monai.engines import GCLEvents, GCLPretrainer
-from gcl_monai.gradients import GradMitigator, SumCombiner
+from gcl_monai.gradients import GradMitigator, MeanCombiner
 from gcl_monai.gradients.distributed import all_reduce_task_grads
 from gcl_monai.handlers import (
     AtomicCheckpointSaver,
@@ -29,7 +29,7 @@ from gcl_monai.handlers import (
 from gcl_monai.losses import MetaContrastiveLoss, PixelContrastiveLoss, gather_two_view_batch
 from gcl_monai.networks import GCLNet
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs"]
 WORLD = 2
 FEATURES = (4, 4, 8, 8, 16, 4)
@@ -247,7 +247,7 @@ def test_distributed_sampler_is_reshuffled_every_epoch():
     loader = torch.utils.data.DataLoader(_Indexed(), batch_size=2, sampler=sampler)
     net = _network(seed=0)
     trainer = GCLPretrainer("cpu", 2, loader, net, torch.optim.SGD(net.parameters(), lr=0.0), meta_labels=["index"])
-    GradMitigatorHandler(SumCombiner(1)).attach(trainer)
+    GradMitigatorHandler(MeanCombiner(1)).attach(trainer)
     seen = {1: [], 2: []}
     trainer.add_event_handler(
         Events.ITERATION_COMPLETED, lambda e: seen[e.state.epoch].extend(e.state.batch["index"].tolist())

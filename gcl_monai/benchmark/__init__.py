@@ -7,7 +7,10 @@ Command line: ``python -m gcl_monai.benchmark --help`` (see ``docs/benchmark.md`
 
 from gcl_monai.benchmark.presets import ALL_METHODS, METHODS, PRESETS, Method, Preset, get_preset, preset_cuts
 from gcl_monai.benchmark.report import paired_difference, read_results, write_report
-from gcl_monai.benchmark.runner import DATASETS, Experiment, plan_cells, run_experiment
+from gcl_monai.benchmark.bundles import default_bundle_dir
+from gcl_monai.benchmark.experiment import DATASETS, Experiment
+from gcl_monai.benchmark.plan import plan_cells
+from gcl_monai.benchmark.runner import run_experiment
 
 __all__ = [
     "ALL_METHODS",
@@ -17,6 +20,7 @@ __all__ = [
     "Experiment",
     "Method",
     "Preset",
+    "default_bundle_dir",
     "get_preset",
     "paired_difference",
     "plan_cells",

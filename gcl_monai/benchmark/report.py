@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
+
+from gcl_monai.losses import chance_level
 
 __all__ = [
     "PairedDifference",
@@ -26,32 +29,13 @@ __all__ = [
     "read_results",
     "read_pretrain_scalars",
     "read_scalars",
-    "t_quantile_975",
     "write_report",
 ]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
-#: two-sided 95% quantiles of Student's t for 1..30 degrees of freedom.
-_T_975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)
-_Z_975 = 1.959964
 BASELINES = ("random", "simclr")
 INT_COLUMNS = ("num_labeled", "repeat", "draw", "seed")
-
-
-def t_quantile_975(df: int) -> float:
-    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (a table up to 30, then the
-    Cornish-Fisher expansion around the normal quantile, accurate to 1e-4)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}.")
-    if df <= len(_T_975):
-        return _T_975[df - 1]
-    z = _Z_975
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
 @dataclass(frozen=True)
@@ -87,7 +71,7 @@ def paired_difference(values: Sequence[float], baseline: Sequence[float]) -> Pai
     mean = float(d.mean())
     if len(d) == 1:
         return PairedDifference(mean, math.nan, math.nan, 1)
-    half = t_quantile_975(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
+    half = float(stats.t.ppf(0.975, len(d) - 1)) * float(stats.sem(d))
     return PairedDifference(mean, mean - half, mean + half, len(d))
 
 
@@ -310,7 +294,7 @@ def plot_pretrain_curves(curves: Mapping[str, dict], plan: Mapping[str, Any], pa
             axes[1].plot(scalars["loss"][0][: len(_smooth(mean_img))], _smooth(mean_img), color=colour, label=method)
             batch = plan["pretrain"][method]["overrides"].get("batch_size")
             if batch:
-                axes[1].axhline(math.log(2 * batch - 1), color=colour, ls=":", lw=1)
+                axes[1].axhline(chance_level(batch), color=colour, ls=":", lw=1)
         if "std/img" in scalars:
             s_steps, std = scalars["std/img"]
             axes[2].plot(s_steps[: len(_smooth(std))], _smooth(std), color=colour, label=method)
@@ -362,7 +346,7 @@ def pretraining_summary(curves: Mapping[str, dict], plan: Mapping[str, Any], sta
     body = []
     for method, scalars in curves.items():
         batch = plan["pretrain"][method]["overrides"].get("batch_size")
-        chance = math.log(2 * batch - 1) if batch else math.nan
+        chance = chance_level(batch) if batch else math.nan
         window = max(1, min(50, len(scalars["loss"][1]) // 10))
         img = {t[len("img/"):]: _first_last(v, window) for t, (_, v) in scalars.items() if t.startswith("img/")}
         pix = {t[len("pix/"):]: _first_last(v, window) for t, (_, v) in scalars.items() if t.startswith("pix/")}

@@ -9,17 +9,17 @@ from gcl_monai.data.datalist import (
     META_LABEL_NAMES,
     DatalistError,
     assign_patient_ids,
-    detect_layout,
     encode_meta_labels,
     h5_path,
-    load_datalist,
     meta_num_classes,
     num_slices,
-    read_json_datalist,
     split_h5_path,
     validate_meta_keys,
 )
 from gcl_monai.data.hvsmr import HVSMR_LABEL_NAMES, read_hvsmr
+from gcl_monai.data.inference_datalist import inference_datalist
+from gcl_monai.data.json_datalist import read_json_datalist
+from gcl_monai.data.layouts import detect_layout, load_datalist
 from gcl_monai.data.mmwhs import MMWHS_LABEL_NAMES, MMWHS_LABEL_VALUES, read_mmwhs
 from gcl_monai.data.prostate import MSD_LABEL_NAMES, MSD_TO_MULTISITE_LABELS, MULTISITE_LABEL_NAMES, read_prostate
 from gcl_monai.data.splits import labeled_subset, load_split, save_split, split_patients, unlabeled_subset
@@ -29,8 +29,8 @@ from gcl_monai.data.splits import labeled_subset, load_split, save_split, split_
 _LAZY_EXPORTS = {
     "generate_acdc_phantom": "phantom",
     "synthesize_patient": "phantom",
-    "ensure_phantom": "experiment",
-    "load_or_create_split": "experiment",
+    "ensure_phantom": "bundle_setup",
+    "load_or_create_split": "bundle_setup",
     "SliceDataset": "slice_dataset",
     "SliceRecord": "slice_dataset",
 }
@@ -67,6 +67,7 @@ __all__ = [
     "ensure_phantom",
     "generate_acdc_phantom",
     "h5_path",
+    "inference_datalist",
     "labeled_subset",
     "load_datalist",
     "load_or_create_split",

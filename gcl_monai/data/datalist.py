@@ -1,5 +1,6 @@
-"""Common datalist machinery: validation helpers, meta-label encoding, the generic JSON reader and
-:func:`load_datalist`, which detects a dataset's layout and dispatches to its reader.
+"""Common datalist machinery shared by the dataset readers: path and shape checks, collecting volumes with an
+``on_error`` policy, patient ids and meta-label encoding. The readers (:mod:`gcl_monai.data.acdc`, ``prostate``,
+``mmwhs``, ``hvsmr``, ``json_datalist``) import this module; :mod:`gcl_monai.data.layouts` dispatches to them.
 
 A *datalist* is a ``list[dict]`` with one dict per 3D volume, ready for :class:`monai.data.Dataset`:
 
@@ -13,7 +14,6 @@ A *datalist* is a ``list[dict]`` with one dict per 3D volume, ready for :class:`
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -32,8 +32,6 @@ DERIVED_META_KEYS = ("slice_quantile",)
 
 ON_ERROR_CHOICES = ("raise", "skip")
 NIFTI_SUFFIXES = (".nii.gz", ".nii")
-JSON_DATALIST_NAMES = ("dataset.json", "datalist.json")
-JSON_LAYOUTS = {"json": "<root>.json or <root>/dataset.json: {'training': [{'image': ..., 'label': ...}, ...]}"}
 
 
 class DatalistError(ValueError):
@@ -335,202 +333,3 @@ def meta_num_classes(datalist: list[dict], key: str) -> int:
     """
     validate_meta_keys(datalist, [key])
     return max(int(d[key]) for d in datalist) + 1
-
-
-# ----------------------------------------------------------------------------------------------
-# generic decathlon-style JSON datalists
-# ----------------------------------------------------------------------------------------------
-def _resolve(value: Any, base: Path) -> Any:
-    if isinstance(value, (list, tuple)):
-        return [_resolve(v, base) for v in value]
-    file, key = split_h5_path(str(value))
-    path = Path(file).expanduser()
-    path = path if path.is_absolute() else (base / path)
-    return h5_path(path, key) if key is not None else str(path)
-
-
-def _check_path_exists(value: Any, entry_name: str) -> None:
-    for v in value if isinstance(value, list) else [value]:
-        file = split_h5_path(v)[0]
-        if not Path(file).exists():
-            raise DatalistError(f"{file}: file not found (referenced by {entry_name}).")
-
-
-def _json_item(raw: Any, base: Path, dataset: str, where: str, check_files: bool) -> dict:
-    if isinstance(raw, str):
-        raw = {"image": raw}
-    if not isinstance(raw, dict) or "image" not in raw:
-        raise DatalistError(f"{where}: expected a dict with an 'image' path, got {raw!r}.")
-    item = dict(raw)
-    for key in ("image", "label"):
-        if key in item:
-            item[key] = _resolve(item[key], base)
-    if "patient" not in item:
-        if "patient_id" in item:
-            item["patient"] = str(item["patient_id"])
-        else:
-            first = item["image"][0] if isinstance(item["image"], list) else item["image"]
-            name = Path(split_h5_path(first)[0]).name
-            item["patient"] = nifti_stem(name) or name.split(".")[0]
-    item.setdefault("dataset", dataset)
-    if check_files:
-        for key in ("image", "label"):
-            if key in item:
-                _check_path_exists(item[key], where)
-        if isinstance(item["image"], str) and isinstance(item.get("label"), str):
-            check_same_shape(item["image"], volume_shape(item["image"]), item["label"], volume_shape(item["label"]))
-    return item
-
-
-def read_json_datalist(
-    path: str | Path,
-    section: str = "training",
-    base_dir: str | Path | None = None,
-    meta_keys: Sequence[str] | None = None,
-    check_files: bool = True,
-    on_error: str = "raise",
-) -> list[dict]:
-    """Read a decathlon-style JSON datalist ``{"training": [{"image": ..., "label": ..., ...}]}``.
-
-    Every extra field of an entry is kept. Relative paths are resolved against ``base_dir`` (default:
-    the JSON file's folder); HDF5 paths may carry ``"#key"``. The patient string is the entry's
-    ``"patient"``, else its ``"patient_id"``, else the image file name without suffix (then every
-    volume is its own patient); ``"patient_id"`` becomes its class index. ``"dataset"`` defaults to
-    the JSON's lower-cased ``"name"`` (or the file stem).
-
-    Args:
-        path: the JSON file, or a folder holding ``dataset.json`` or ``datalist.json``.
-        section: the list to read (``"training"``, ``"validation"``, ``"test"``...).
-        base_dir: folder for relative paths.
-        meta_keys: meta labels to integer-encode (see :func:`encode_meta_labels`); the class names
-            are kept under ``"<key>_name"``.
-        check_files: check that the files exist and that image and label shapes match (headers only).
-        on_error: ``"raise"`` or ``"skip"`` bad entries (logged).
-
-    Returns:
-        The datalist.
-
-    Raises:
-        FileNotFoundError: when the JSON file is missing.
-        DatalistError: for a malformed JSON or a bad entry (missing file, unreadable volume,
-            shape mismatch) with ``on_error="raise"``.
-        ValueError: for an unknown meta label.
-    """
-    path = Path(path)
-    if path.is_dir():
-        found = [path / n for n in JSON_DATALIST_NAMES if (path / n).is_file()]
-        if not found:
-            raise FileNotFoundError(f"No {' or '.join(JSON_DATALIST_NAMES)} in folder {str(path)!r}.")
-        path = found[0]
-    if not path.is_file():
-        raise FileNotFoundError(f"JSON datalist {str(path)!r} does not exist.")
-    try:
-        content = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatalistError(f"{path}: malformed JSON ({exc}).") from exc
-    if not isinstance(content, dict) or not isinstance(content.get(section), list):
-        keys = sorted(content) if isinstance(content, dict) else type(content).__name__
-        raise DatalistError(f"{path}: expected a list under {section!r}, found keys {keys}.")
-    dataset = str(content.get("name", path.stem)).lower()
-    base = Path(base_dir) if base_dir is not None else path.parent
-    names = [f"{path}[{section}][{i}]" for i in range(len(content[section]))]
-    candidates = [
-        (name, lambda raw=raw, name=name: _json_item(raw, base, dataset, name, check_files))
-        for name, raw in zip(names, content[section])
-    ]
-    datalist = collect_volumes(candidates, on_error, dataset, path)
-    if meta_keys:
-        encode_meta_labels(datalist, meta_keys)
-    return datalist
-
-
-# ----------------------------------------------------------------------------------------------
-# layout detection and dispatch
-# ----------------------------------------------------------------------------------------------
-def _registry() -> dict[str, tuple[Callable, Callable, dict[str, str]]]:
-    """``dataset -> (detect(root) -> layout | None, read(root, **kwargs), layouts)``; imported lazily
-    because the reader modules import this one."""
-    from gcl_monai.data import acdc, hvsmr, mmwhs, prostate
-
-    return {
-        "acdc": (acdc.detect_acdc_layout, acdc.read_acdc, acdc.ACDC_LAYOUTS),
-        "prostate": (prostate.detect_prostate_layout, prostate.read_prostate, prostate.PROSTATE_LAYOUTS),
-        "mmwhs": (mmwhs.detect_mmwhs_layout, mmwhs.read_mmwhs, mmwhs.MMWHS_LAYOUTS),
-        "hvsmr": (hvsmr.detect_hvsmr_layout, hvsmr.read_hvsmr, hvsmr.HVSMR_LAYOUTS),
-        "json": (_detect_json_layout, read_json_datalist, JSON_LAYOUTS),
-    }
-
-
-def _detect_json_layout(root: Path) -> str | None:
-    if root.is_file():
-        return "json" if root.suffix.lower() == ".json" else None
-    return "json" if any((root / n).is_file() for n in JSON_DATALIST_NAMES) else None
-
-
-def _expected_layouts(datasets: Iterable[str]) -> str:
-    registry = _registry()
-    lines = [f"  - {name} ({layout}): {pattern}" for name in datasets for layout, pattern in registry[name][2].items()]
-    return "\n".join(lines)
-
-
-def detect_layout(root: str | Path, dataset: str = "auto") -> tuple[str, str]:
-    """Detect a dataset layout from folder contents (file names only, nothing is opened).
-
-    Args:
-        root: dataset folder (or a JSON datalist file).
-        dataset: ``"auto"`` tries every known dataset; otherwise only that one.
-
-    Returns:
-        ``(dataset, layout)``, e.g. ``("acdc", "h5")``.
-
-    Raises:
-        ValueError: for an unknown ``dataset`` name.
-        FileNotFoundError: when ``root`` does not exist.
-        DatalistError: when the contents match no known layout; the message lists the expected ones.
-    """
-    registry = _registry()
-    if dataset != "auto" and dataset not in registry:
-        raise ValueError(f"Unknown dataset {dataset!r}; choose 'auto' or one of {sorted(registry)}.")
-    names = list(registry) if dataset == "auto" else [dataset]
-    root = Path(root)
-    if not root.exists():
-        raise FileNotFoundError(
-            f"Dataset folder {str(root)!r} does not exist. Expected layouts:\n{_expected_layouts(names)}"
-        )
-    for name in names:
-        if root.is_dir() or name == "json":
-            layout = registry[name][0](root)
-            if layout is not None:
-                return name, layout
-    raise DatalistError(f"{str(root)!r} matches no known {'dataset' if dataset == 'auto' else dataset} layout. "
-                        f"Expected layouts:\n{_expected_layouts(names)}")
-
-
-def load_datalist(
-    root: str | Path, dataset: str = "auto", meta_keys: Sequence[str] | None = None, **kwargs: Any
-) -> list[dict]:
-    """Read a dataset folder into a datalist, detecting its layout.
-
-    Args:
-        root: dataset folder, or a JSON datalist file.
-        dataset: ``"auto"``, ``"acdc"``, ``"prostate"``, ``"mmwhs"``, ``"hvsmr"`` or ``"json"``.
-        meta_keys: meta labels the caller will use; checked to exist (``"slice_quantile"`` is
-            derived later), and integer-encoded for JSON datalists.
-        kwargs: passed to the reader (e.g. ``on_error="skip"``, ACDC ``section="testing"``).
-
-    Returns:
-        The datalist (see the module docstring for its keys).
-
-    Raises:
-        FileNotFoundError: when ``root`` does not exist (message lists the expected layouts).
-        DatalistError: when no layout matches, or for bad volumes (see each reader).
-        ValueError: for an unknown dataset name or meta label.
-    """
-    name, layout = detect_layout(root, dataset)
-    logger.info("Reading %s (%s layout) from %s.", name, layout, root)
-    read = _registry()[name][1]
-    if name == "json":
-        return read(root, meta_keys=meta_keys, **kwargs)
-    datalist = read(root, **kwargs)
-    validate_meta_keys(datalist, meta_keys)
-    return datalist

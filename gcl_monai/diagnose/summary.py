@@ -25,10 +25,10 @@ class DiagnosisSummary:
     What a pre-training run did, averaged over its first and last window of iterations.
 
     ``labels`` maps each meta label (``"simclr"`` for None) to ``img_first``, ``img_last``, ``img_drop``,
-    ``pix_first``, ``pix_last`` (NaN without the pixel branch) and ``at_chance``; ``pairs`` maps
+    ``pix_first``, ``pix_last`` (NaN without the pixel branch) and ``below_chance``; ``pairs`` maps
     ``"<i> vs <j>"`` to the mean gradient cosine over the run and over the last window, the last EMA target, the
     mean fraction of parameters GradMitigator changed (``acted``); ``verdict`` is ``"collapsed"``,
-    ``"stalled: <labels>"`` or ``"training"``.
+    ``"stalled at chance: <labels>"`` and/or ``"above chance: <labels>"``, or ``"training"``.
     """
 
     iterations: int
@@ -57,7 +57,7 @@ class DiagnosisSummary:
         ]
         for name, s in self.labels.items():
             pix = "–" if math.isnan(s["pix_first"]) else f"{s['pix_first']:.3f} -> {s['pix_last']:.3f}"
-            below = "no (at chance)" if s["at_chance"] else "yes"
+            below = "yes" if s["below_chance"] else "no"
             lines.append(f"| {name} | {s['img_first']:.3f} -> {s['img_last']:.3f} | {s['img_drop']:.3f} | {below} | {pix} |")
         lines += [
             "",
@@ -99,10 +99,11 @@ def summarise(
     """
     Summarise the rows of a :py:class:`~gcl_monai.diagnose.TrajectoryRecorder`.
 
-    An image-wise loss whose last-window mean is within ``stall_tol`` of (or above) :math:`\\ln(2B - 1)` is "at
-    chance": its meta label did not separate the images. The run is ``"collapsed"`` when the last-window
-    ``std/img`` is below 1e-3 (all embeddings of a batch identical), ``"stalled: <labels>"`` when some image-wise
-    losses are at chance, else ``"training"``.
+    An image-wise loss whose last-window mean is within ``stall_tol`` of :math:`\\ln(2B - 1)` is "stalled at
+    chance": its meta label did not separate the images; one further above has not come down to chance yet (e.g. a
+    head that spreads the embeddings at random at the start). The run is ``"collapsed"`` when the last-window
+    ``std/img`` is below 1e-3 (all embeddings of a batch identical), else it names the labels stalled at or above
+    chance, else it is ``"training"``.
 
     Args:
         rows: one dict of scalars per iteration (``iteration``, ``batch_size``, ``img/<name>``, ...).
@@ -136,7 +137,7 @@ def summarise(
             "img_drop": img[0] - img[1],
             "pix_first": pix[0],
             "pix_last": pix[1],
-            "at_chance": bool(img[1] > chance - stall_tol),
+            "below_chance": bool(img[1] < chance - stall_tol),
         }
     pairs = {}
     for i, name_i in enumerate(task_names):
@@ -151,11 +152,14 @@ def summarise(
                 "acted": float(np.nanmean(_column(rows, f"acted_{i}_{j}"))),
             }
     std = first_last("std/img")
-    at_chance = [name for name, s in labels.items() if s["at_chance"]]
+    at_chance = [name for name, s in labels.items() if abs(s["img_last"] - chance) <= stall_tol]
+    above = [name for name, s in labels.items() if s["img_last"] > chance + stall_tol]
     if std[1] < COLLAPSE_STD:
         verdict = "collapsed"
-    elif at_chance:
-        verdict = "stalled: " + ", ".join(at_chance)
+    elif at_chance or above:
+        parts = [f"stalled at chance: {', '.join(at_chance)}"] if at_chance else []
+        parts += [f"above chance: {', '.join(above)}"] if above else []
+        verdict = "; ".join(parts)
     else:
         verdict = "training"
     summary = DiagnosisSummary(

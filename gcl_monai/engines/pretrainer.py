@@ -214,7 +214,7 @@ class GCLPretrainer(Trainer):
         if engine.state.task_grads is not None:
             raise RuntimeError(
                 "no gradient combiner consumed the per-meta-label gradients: attach a "
-                "gcl_monai.handlers.GradMitigatorHandler (with a GradMitigator or a SumCombiner)."
+                "gcl_monai.handlers.GradMitigatorHandler (with a GradMitigator or a MeanCombiner)."
             )
         engine.optimizer.step()
         engine.fire_event(IterationEvents.MODEL_COMPLETED)

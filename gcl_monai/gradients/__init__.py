@@ -2,6 +2,6 @@
 
 from gcl_monai.gradients.combiner import GradientCombiner
 from gcl_monai.gradients.grad_mitigator import GradMitigator
-from gcl_monai.gradients.sum_combiner import SumCombiner
+from gcl_monai.gradients.mean_combiner import MeanCombiner, SumCombiner
 
-__all__ = ["GradientCombiner", "GradMitigator", "SumCombiner"]
+__all__ = ["GradientCombiner", "GradMitigator", "MeanCombiner", "SumCombiner"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ignite.distributed as idist
 import torch
 import torch.distributed as dist
 
@@ -20,11 +21,12 @@ def all_reduce_task_grads(grads: list[list[torch.Tensor]]) -> list[list[torch.Te
     Args:
         grads: one list of gradient tensors per task, aligned across tasks.
     """
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    world = idist.get_world_size()
+    if world == 1:
         return grads
     shapes = [g.shape for g in grads[0]]
     flat = torch.stack([torch.cat([g.reshape(-1) for g in task]) for task in grads])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    flat /= dist.get_world_size()
+    flat /= world
     sizes = [s.numel() for s in shapes]
     return [[g.view(s) for g, s in zip(row.split(sizes), shapes)] for row in flat]

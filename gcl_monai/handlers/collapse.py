@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING
 
 import ignite.distributed as idist
 from ignite.engine import Events
+
+from gcl_monai.losses import chance_level
 
 if TYPE_CHECKING:
     from ignite.engine import Engine
@@ -62,7 +63,7 @@ class CollapseDetector:
         batch = len(engine.state.batch["image"])
         if getattr(engine, "gather_negatives", False):
             batch *= idist.get_world_size()
-        chance = math.log(2 * batch - 1)
+        chance = chance_level(batch)
         img_losses = [float(v) for k, v in out.items() if k.startswith("img/")]
         stuck = bool(img_losses) and all(abs(v - chance) < self.loss_tol for v in img_losses)
         collapsed = idist.all_reduce(float(stuck or float(out["std/img"]) < self.min_std), op="MIN") > 0.5

@@ -6,6 +6,7 @@ import itertools
 import math
 from typing import TYPE_CHECKING
 
+import ignite.distributed as idist
 import torch
 import torch.distributed as dist
 from ignite.engine import Events
@@ -53,7 +54,7 @@ class BroadcastParameters:
         engine.add_event_handler(Events.STARTED, self)
 
     def __call__(self, engine: Engine | None = None) -> None:
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        if idist.get_world_size() == 1:
             return
         for tensor in itertools.chain(self.network.parameters(), self.network.buffers()):
             dist.broadcast(tensor.detach(), src=self.src)

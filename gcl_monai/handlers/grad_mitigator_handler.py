@@ -21,8 +21,8 @@ class GradMitigatorHandler:
     writes the result to the parameters' ``.grad``.
 
     ``combiner`` is a :py:class:`gcl_monai.gradients.GradMitigator` for GCL, or a
-    :py:class:`gcl_monai.gradients.SumCombiner` for the "multi meta labels summed" ablation. The handler
-    forwards ``state_dict``/``load_state_dict`` to it, so it can be passed to a ``CheckpointSaver``.
+    :py:class:`gcl_monai.gradients.MeanCombiner` for the "multi meta labels averaged, no mitigation" ablation. The
+    handler forwards ``state_dict``/``load_state_dict`` to it, so it can be passed to a ``CheckpointSaver``.
     Scalar summaries (cosine similarities and EMA targets) are put in ``engine.state.gradient_stats``.
 
     Args:

@@ -5,14 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import ignite.distributed as idist
 import torch
 import torch.distributed as dist
 
 __all__ = ["all_gather_with_grad", "gather_two_view_batch"]
-
-
-def _world_size() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 class _AllGather(torch.autograd.Function):
@@ -54,7 +51,7 @@ def all_gather_with_grad(x: torch.Tensor) -> torch.Tensor:
         a ``(world_size * x.shape[0], ...)`` tensor; ``x`` itself when ``torch.distributed`` is not initialised
         or has a single rank.
     """
-    if _world_size() == 1:
+    if idist.get_world_size() == 1:
         return x
     return _AllGather.apply(x)
 
@@ -82,7 +79,7 @@ def gather_two_view_batch(
     Raises:
         ValueError: when ``z`` has an odd number of rows or a label does not have ``N`` entries.
     """
-    world = _world_size()
+    world = idist.get_world_size()
     if world == 1:
         return z, list(labels)
     if z.shape[0] % 2:

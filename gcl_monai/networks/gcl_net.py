@@ -24,15 +24,15 @@ IMAGE_POOLING = ("after_head", "before_head")
 class ProjectionHead(nn.Sequential):
     """
     1x1 convolution, ReLU, 1x1 convolution (the paper's :math:`h_{img}` and :math:`h_{pix}`, Sec. 4.2), or a
-    deeper head with ``num_layers`` convolutions and a normalisation after each hidden one.
+    deeper head with ``num_layers`` convolutions and a normalisation after each of them.
 
     Args:
         spatial_dims: number of spatial dimensions.
         in_channels: channels of the encoder output; also the hidden width, as in the paper.
         out_channels: dimension of the representation space (128 in the paper).
         num_layers: number of 1x1 convolutions (2 in the paper).
-        norm: normalisation after each hidden convolution (a MONAI ``Norm`` name such as ``"batch"``), or None
-            (the paper).
+        norm: normalisation after every convolution, the last one included (a MONAI ``Norm`` name such as
+            ``"batch"``, as in the projection heads of SimCLR v2 and MoCo v3), or None (the paper).
 
     Raises:
         ValueError: when ``num_layers < 1``.
@@ -51,6 +51,8 @@ class ProjectionHead(nn.Sequential):
                 layers.append(Norm[norm, spatial_dims](in_channels))
             layers.append(nn.ReLU())
         layers.append(conv(in_channels, out_channels, kernel_size=1))
+        if norm is not None:
+            layers.append(Norm[norm, spatial_dims](out_channels))
         super().__init__(*layers)
 
 
@@ -86,10 +88,10 @@ class GCLNet(nn.Module):
         bias: whether the convolutions have a bias term.
         dropout: dropout ratio.
         img_head_layers: number of 1x1 convolutions of :math:`h_{img}` (2 in the paper).
-        img_head_norm: normalisation after the hidden layers of :math:`h_{img}` (e.g. ``"batch"``), or None (the
-            paper). A batch normalisation centres the representations of a batch, so that a freshly initialised
-            encoder does not map every image to nearly the same direction (which puts Eq. 1 at its collapse
-            value from the first iteration). :math:`h_{pix}` always follows the paper (GradFilter's closed form
+        img_head_norm: normalisation after every layer of :math:`h_{img}` (e.g. ``"batch"``), or None (the
+            paper). A batch normalisation of the output centres the representations of a batch, so that a freshly
+            initialised encoder does not map every image to nearly the same direction (which puts Eq. 1 at its
+            collapse value from the first iteration). :math:`h_{pix}` always follows the paper (GradFilter's closed form
             relies on its 1x1 conv, ReLU, 1x1 conv structure).
         image_pooling: ``"after_head"`` (the default) or ``"before_head"``, see ``"img"`` above.
     """

@@ -1,6 +1,7 @@
 """MONAI transforms of gcl-monai: HDF5 reading, volume -> 2D slices with meta labels, contrastive views, presets."""
 
 from gcl_monai.transforms.h5_reader import H5Reader, split_h5_path
+from gcl_monai.transforms.inference_checks import FRAME_KEY, RepairNonFinited, SelectFramed
 from gcl_monai.transforms.presets import (
     SelectChanneld,
     eval_transforms,
@@ -13,6 +14,9 @@ from gcl_monai.transforms.slicing import SLICE_INDEX_KEY, SLICE_QUANTILE_KEY, Vo
 from gcl_monai.transforms.views import ContrastiveViewsd, RandRelativeGaussianNoised
 
 __all__ = [
+    "FRAME_KEY",
+    "RepairNonFinited",
+    "SelectFramed",
     "H5Reader",
     "split_h5_path",
     "VolumeToSlicesd",

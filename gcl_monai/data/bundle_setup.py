@@ -1,4 +1,4 @@
-"""Glue used by the bundles: one split file per experiment, and the synthetic dataset generated on demand."""
+"""What the bundles set up before a run: the split file of an experiment, the synthetic dataset on demand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from gcl_monai.data.datalist import load_datalist
+from gcl_monai.data.layouts import load_datalist
 from gcl_monai.data.phantom import generate_acdc_phantom
 from gcl_monai.data.splits import load_split, save_split, split_patients
 

@@ -1,4 +1,4 @@
-"""SumCombiner: the plain average of the per-meta-label gradients (the "no mitigation" ablation)."""
+"""MeanCombiner: the plain average of the per-meta-label gradients (the "no mitigation" ablation)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import torch
 
 from gcl_monai.gradients.combiner import GradientCombiner
 
-__all__ = ["SumCombiner"]
+__all__ = ["MeanCombiner", "SumCombiner"]
 
 
-class SumCombiner(GradientCombiner):
+class MeanCombiner(GradientCombiner):
     """
     Combine the gradients of ``M`` meta-label losses by their plain average ``g = (1/M) sum_m g_m``, the gradient
     of the average loss of Eq. (2) of the paper. It is the "no mitigation" ablation of :class:`GradMitigator`
@@ -71,3 +71,8 @@ class SumCombiner(GradientCombiner):
             ValueError: When ``state_dict["num_tasks"]`` differs from this instance.
         """
         self._check_num_tasks(state_dict)
+
+
+#: the former name of :class:`MeanCombiner`, kept so that configs written with it (``mitigate=False`` in the
+#: bundles' ``pretrain.json``) keep working; the combiner has no state but ``num_tasks``, so checkpoints are unaffected.
+SumCombiner = MeanCombiner

@@ -28,7 +28,8 @@ from gcl_monai.data import (
 )
 
 SHAPE = (16, 16, 6)
-DATA_ROOT = Path(os.environ.get("GCL_DATA_ROOT", Path(__file__).resolve().parents[2] / "shared" / "data"))
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
+DATA_ROOT = Path(os.environ.get("GCL_DATA_ROOT", REPO.parent / "shared" / "data"))
 
 
 def write_nifti(path: Path, shape=SHAPE, dtype=np.int16) -> Path:
@@ -394,3 +395,16 @@ def test_real_prostate():
     datalist = load_datalist(DATA_ROOT / "prostate")
     assert len(datalist) == 31
     assert len({d["patient"] for d in datalist}) == 31
+
+
+def test_json_test_section_of_image_paths(json_dataset: Path):
+    """MONAI's decathlon layout: a "test" list of plain image paths, resolved against the JSON's folder."""
+    content = json.loads(json_dataset.read_text())
+    content["test"] = ["img/v0.nii.gz", "img/v1.nii.gz"]
+    content["validation"] = [3]
+    json_dataset.write_text(json.dumps(content))
+    test = read_json_datalist(json_dataset, section="test")
+    assert [d["image"] for d in test] == [str(json_dataset.parent / "img" / f"v{i}.nii.gz") for i in (0, 1)]
+    assert [d["patient"] for d in test] == ["v0", "v1"] and "label" not in test[0]
+    with pytest.raises(DatalistError, match=r"mydata\.json\[validation\]"):
+        read_json_datalist(json_dataset, section="validation")

@@ -164,7 +164,8 @@ def test_volume_transform_must_return_slices(tmp_path):
 
 
 def acdc_root() -> Path:
-    root = Path(os.environ.get("GCL_DATA_ROOT", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    checkout = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
+    root = Path(os.environ.get("GCL_DATA_ROOT", checkout.parent / "shared" / "data"))
     return root / "acdc"
 
 

@@ -1,4 +1,7 @@
-"""The fine-tuned bundle loads and infers in MONAI Label (its BundleInferTask), on a 3D NIfTI volume."""
+"""The fine-tuned bundle loads and infers in MONAI Label (its BundleInferTask), on a 3D NIfTI volume.
+
+monailabel is not among the dev extras; CI installs it (see ``.ci/run`` and the README's "MONAI Label" note), and
+the plain test command skips this test when it is absent."""
 
 import importlib.machinery
 import shutil
@@ -12,7 +15,7 @@ import pytest
 import torch
 from monai.networks.nets import BasicUNet
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 
 
 def _stub_torchvision(monkeypatch):
@@ -42,6 +45,11 @@ def test_bundle_infer_task_runs_on_nifti(tmp_path, monkeypatch):
     (bundle / "models").mkdir()
     torch.manual_seed(0)
     net = BasicUNet(spatial_dims=2, in_channels=1, out_channels=4, features=(16, 32, 64, 128, 128, 16), norm="batch")
+    # weights whose prediction is known: class 2 everywhere. MONAI Label loads model.pt non-strictly, so a model
+    # whose parameter names did not match would run with random weights and fail this check.
+    with torch.no_grad():
+        net.final_conv.weight.zero_()
+        net.final_conv.bias.copy_(torch.tensor([0.0, 0.0, 10.0, 0.0]))
     torch.save(net.state_dict(), bundle / "models" / "model.pt")
 
     volume = np.random.default_rng(0).random((70, 60, 9)).astype(np.float32)
@@ -51,8 +59,10 @@ def test_bundle_infer_task_runs_on_nifti(tmp_path, monkeypatch):
 
     task = bundle_infer.BundleInferTask(str(bundle), conf={})
     assert task.is_valid()
+    assert task.dimension == 3  # a 3D model on 3D volumes (metadata's spatial_shape), applied slice by slice
     assert set(task.labels) == {"right ventricle", "myocardium", "left ventricle"}
     label_file, _ = task({"image": str(image), "device": "cpu"})
     out = nib.load(label_file)
     assert out.shape == volume.shape
-    assert set(np.unique(np.asarray(out.dataobj))) <= {0, 1, 2, 3}
+    assert np.all(np.asarray(out.dataobj) == 2)
+    np.testing.assert_allclose(out.affine, affine, atol=1e-5)  # the label lies on the image

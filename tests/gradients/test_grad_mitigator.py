@@ -1,4 +1,4 @@
-"""Tests of GradMitigator (Algorithm 1 of the GCL paper) and SumCombiner."""
+"""Tests of GradMitigator (Algorithm 1 of the GCL paper) and MeanCombiner."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from gcl_monai.gradients import GradMitigator, SumCombiner
+from gcl_monai.gradients import GradMitigator, MeanCombiner
 
 SHAPES = [(4, 3, 3), (4,), (2, 4, 2), (5,), (3, 1)]
 
@@ -291,24 +291,24 @@ def test_invalid_arguments_and_inputs():
         mitigator.combine([[torch.ones(2)], [None]])
 
 
-def test_sum_combiner_returns_mean():
+def test_mean_combiner_returns_mean():
     gen = torch.Generator().manual_seed(9)
     grads = _random_grads(3, SHAPES, gen)
-    combiner = SumCombiner(3)
+    combiner = MeanCombiner(3)
     out = combiner.combine(grads)
     for p, o in enumerate(out):
         assert o.shape == SHAPES[p]
         assert torch.allclose(o, (grads[0][p] + grads[1][p] + grads[2][p]) / 3, atol=1e-6)
     assert combiner.summary() == {}
     state = combiner.state_dict()
-    SumCombiner(3).load_state_dict(state)
+    MeanCombiner(3).load_state_dict(state)
     with pytest.raises(ValueError, match="num_tasks=3"):
-        SumCombiner(2).load_state_dict(state)
+        MeanCombiner(2).load_state_dict(state)
     # same scale as GradMitigator: identical when no pair conflicts (targets 0, positive cosines)
     aligned = [[torch.tensor([1.0, 0.2])], [torch.tensor([1.0, 0.4])]]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert torch.allclose(GradMitigator(2).combine(aligned)[0], SumCombiner(2).combine(aligned)[0])
+        assert torch.allclose(GradMitigator(2).combine(aligned)[0], MeanCombiner(2).combine(aligned)[0])
 
 
 def _persistent_conflict(mitigator: GradMitigator, steps: int):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gcl_monai.benchmark import runner
+from gcl_monai.benchmark import cells, plan, results
 from gcl_monai.benchmark.__main__ import main
 from gcl_monai.benchmark.presets import (
     ALL_METHODS,
@@ -27,10 +27,11 @@ from gcl_monai.benchmark.report import (
     pretraining_summary,
     read_pretrain_scalars,
     read_results,
-    t_quantile_975,
     write_report,
 )
-from gcl_monai.benchmark.runner import Experiment, PretrainCell, plan_cells, tensorboard_collapse
+from gcl_monai.benchmark.cells import tensorboard_collapse
+from gcl_monai.benchmark.experiment import Experiment, PretrainCell
+from gcl_monai.benchmark.plan import plan_cells
 from gcl_monai.handlers import RepresentationCollapse
 
 ACDC_META = ["patient_id", "slice_quantile", "organ_state"]
@@ -51,6 +52,7 @@ ACDC_META = ["patient_id", "slice_quantile", "organ_state"]
         ("pixcl", [None], True, False, False),
         ("pixcl_gradfilter", [None], True, True, False),
         ("gcl", ACDC_META, True, True, True),
+        ("gcl_paper", ACDC_META, True, True, True),
     ],
 )
 def test_method_pretrain_overrides(name, meta_labels, pixel, grad_filter, mitigate):
@@ -60,6 +62,7 @@ def test_method_pretrain_overrides(name, meta_labels, pixel, grad_filter, mitiga
         "pixel_branch": pixel,
         "grad_filter_enabled": grad_filter,
         "mitigate": mitigate,
+        "recipe": "paper" if name == "gcl_paper" else "gcl",
     }
     assert METHODS[name].pretrain_method == name
 
@@ -79,7 +82,7 @@ def test_methods_without_own_pretraining():
 
 def test_presets():
     mini, ablation, paper = PRESETS["cpu-mini"], PRESETS["cpu-ablation"], PRESETS["paper"]
-    assert mini.methods == ("random", "simclr", "gcl") and mini.num_labeled == (1, 2)
+    assert mini.methods == ("random", "simclr", "gcl", "gcl_paper") and mini.num_labeled == (1, 2)
     assert mini.repeats == 4 and mini.seeds_per_draw == 1
     assert mini.common == {"image_size": [128, 128], "features": [16, 32, 64, 128, 256, 16]}
     assert mini.pretrain["optimizer_name"] == "adam"
@@ -94,7 +97,7 @@ def test_presets():
     assert preset_cuts(paper) == []
     cuts = preset_cuts(mini)
     assert "pretrain epochs: 20 (paper: 300)" in cuts and "repeats (labelled draws): 4 (paper: 5)" in cuts
-    assert any(c.startswith("methods: random, simclr, gcl (left out:") for c in cuts)
+    assert any(c.startswith("methods: random, simclr, gcl, gcl_paper (left out:") for c in cuts)
 
 
 def test_preset_replace_and_iterations():
@@ -132,7 +135,7 @@ def test_plan_is_paired_and_shares_pretraining(tmp_path):
     assert frozen.pretrain is gcl and frozen.train_overrides["freeze_encoder"] is True
     assert frozen.train_overrides["pretrained_path"] == str(gcl.folder / "encoder.pt")
     assert "pretrained_path" not in [c for c in finetune if c.method == "random"][0].train_overrides
-    order = runner.execution_order(pretrain, finetune)
+    order = plan.execution_order(pretrain, finetune)
     assert order[0].method == "random" and isinstance(order[8], PretrainCell)
 
 
@@ -170,14 +173,15 @@ def test_cli_dry_run(capsys, tmp_path):
 def test_paired_difference_by_hand():
     diff = paired_difference([0.6, 0.7, 0.5, 0.65], [0.5, 0.5, 0.5, 0.55])
     # d = (0.1, 0.2, 0.0, 0.1): mean 0.1, s = sqrt(0.02 / 3), half width t_{0.975,3} s / 2
-    half = 3.182 * math.sqrt(0.02 / 3) / 2
+    half = 3.1824 * math.sqrt(0.02 / 3) / 2
     assert diff.n == 4 and diff.mean == pytest.approx(0.1)
-    assert diff.low == pytest.approx(0.1 - half) and diff.high == pytest.approx(0.1 + half)
+    assert diff.low == pytest.approx(0.1 - half, abs=1e-5) and diff.high == pytest.approx(0.1 + half, abs=1e-5)
     assert str(diff) == "+0.100 [-0.030, +0.230] (n=4)"
     single = paired_difference([0.7], [0.6])
     assert single.n == 1 and math.isnan(single.low) and str(single) == "+0.100 (n=1)"
-    assert t_quantile_975(1) == 12.706 and t_quantile_975(40) == pytest.approx(2.0211, abs=1e-4)
-    assert t_quantile_975(120) == pytest.approx(1.9799, abs=1e-4)
+    # two pairs d = (0.2, 0.0): half width t_{0.975,1} = 12.7062 (printed tables) times s / sqrt(2) = 0.1
+    two = paired_difference([0.7, 0.5], [0.5, 0.5])
+    assert (two.low, two.high) == (pytest.approx(0.1 - 1.27062, abs=1e-5), pytest.approx(0.1 + 1.27062, abs=1e-5))
     with pytest.raises(ValueError):
         paired_difference([0.1], [0.1, 0.2])
 
@@ -288,11 +292,11 @@ def test_collapse_is_reported_and_never_fine_tuned(tmp_path, monkeypatch):
         except RepresentationCollapse as error:
             raise RuntimeError("Failed to evaluate the run expression") from error
 
-    monkeypatch.setattr(runner, "run_bundle", collapse)
-    assert runner.run_pretrain(pretrain[0]) == "collapsed"
-    assert runner.pretrain_done(pretrain[0])  # a collapse is final: a rerun does not retry it
-    monkeypatch.setattr(runner, "_labelled_patients", lambda cell: "")
-    rows = runner.collect_rows(experiment, finetune)
+    monkeypatch.setattr(cells, "run_bundle", collapse)
+    assert cells.run_pretrain(pretrain[0]) == "collapsed"
+    assert cells.pretrain_done(pretrain[0])  # a collapse is final: a rerun does not retry it
+    monkeypatch.setattr(results, "labelled_patients", lambda cell: "")
+    rows = results.collect_rows(experiment, finetune)
     assert [(r["method"], r["status"], math.isnan(r["dice"])) for r in rows] == [("simclr", "collapsed", True)]
     assert "std/img = 0" in rows[0]["message"]
 
@@ -303,27 +307,27 @@ def test_interrupted_finetuning_is_retrained_not_evaluated(tmp_path, monkeypatch
                             results_dir=tmp_path)
     (cell,) = plan_cells(experiment)[1]
     calls = []
-    monkeypatch.setattr(runner, "run_bundle", lambda bundle, config, workflow, overrides: calls.append(config))
-    monkeypatch.setattr(runner, "labelled_subset", lambda cell: [])
+    monkeypatch.setattr(cells, "run_bundle", lambda bundle, config, workflow, overrides: calls.append(config))
+    monkeypatch.setattr(cells, "labelled_subset", lambda cell: [])
     models = Path(cell.train_overrides["ckpt_dir"])
     models.mkdir(parents=True)
     (models / "model.pt").write_bytes(b"written by a run that was killed")
-    runner.run_finetune(cell)
+    cells.run_finetune(cell)
     assert calls == ["train", "evaluate"]
-    assert runner.read_status(cell.folder)["trained"]
+    assert cells.read_status(cell.folder)["trained"]
     calls.clear()
-    runner.run_finetune(cell)  # trained, but its dice.json was never written: evaluates only
+    cells.run_finetune(cell)  # trained, but its dice.json was never written: evaluates only
     assert calls == ["evaluate"]
 
 
 def test_rerun_with_other_settings_is_refused(tmp_path):
     experiment = Experiment("x", "demo", PRESETS["cpu-mini"], results_dir=tmp_path)
     (tmp_path / "x").mkdir()
-    runner.write_plan(experiment, *plan_cells(experiment))
-    runner._check_plan(Experiment("x", "demo", PRESETS["cpu-ablation"], results_dir=tmp_path))  # more methods: fine
+    plan.write_plan(experiment, *plan_cells(experiment))
+    plan.check_plan(Experiment("x", "demo", PRESETS["cpu-ablation"], results_dir=tmp_path))  # more methods: fine
     with pytest.raises(ValueError, match="pretrain"):
         changed = PRESETS["cpu-mini"].replace(pretrain={"epochs": 3})
-        runner._check_plan(Experiment("x", "demo", changed, results_dir=tmp_path))
+        plan.check_plan(Experiment("x", "demo", changed, results_dir=tmp_path))
 
 
 # ------------------------------------------------------------------------------------------------ end to end

@@ -11,7 +11,7 @@ from monai.networks.nets import BasicUNet
 from monai.engines.utils import IterationEvents
 
 from gcl_monai.engines import GCLPretrainer
-from gcl_monai.gradients import GradMitigator, SumCombiner
+from gcl_monai.gradients import GradMitigator, MeanCombiner
 from gcl_monai.handlers import (
     AtomicCheckpointSaver,
     CollapseDetector,
@@ -50,7 +50,7 @@ def build(meta_labels=("patient_id", "slice_quantile", "organ_state"), combiner=
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     loader = torch.utils.data.DataLoader(RandomViews(), batch_size=4, shuffle=True)
     grad_filter = GradFilter() if pixel else None
-    comb = GradMitigator(len(meta_labels)) if combiner == "mitigator" else SumCombiner(len(meta_labels))
+    comb = GradMitigator(len(meta_labels)) if combiner == "mitigator" else MeanCombiner(len(meta_labels))
     mitigator = GradMitigatorHandler(comb)
     trainer = GCLPretrainer(
         device="cpu",
@@ -119,7 +119,7 @@ def test_missing_combiner_and_missing_meta_label():
     with pytest.raises(RuntimeError, match="GradMitigatorHandler"):
         trainer.run()
     trainer = GCLPretrainer("cpu", 1, loader, net, torch.optim.SGD(net.parameters(), lr=0.1), meta_labels=["age"])
-    GradMitigatorHandler(SumCombiner(1)).attach(trainer)
+    GradMitigatorHandler(MeanCombiner(1)).attach(trainer)
     with pytest.raises(ValueError, match="'age'"):
         trainer.run()
 

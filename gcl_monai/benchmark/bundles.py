@@ -1,0 +1,96 @@
+"""Where the bundles are and how the benchmark runs them: ``monai.bundle.run`` of a config with overrides."""
+
+from __future__ import annotations
+
+import gc
+import importlib.metadata
+import json
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import monai.bundle
+from monai.bundle import ConfigParser
+
+__all__ = ["BUNDLE_DIR_VARIABLE", "bundle_config", "default_bundle_dir", "parse_bundle_item", "run_bundle"]
+
+logger = logging.getLogger("gcl_monai.benchmark")
+
+
+BUNDLE_DIR_VARIABLE = "GCL_BUNDLE_DIR"
+#: where ``pip install`` puts the bundles (``[options.data_files]`` of setup.cfg), relative to the install prefix.
+INSTALLED_BUNDLES = ("share", "gcl-monai", "bundles")
+
+
+def _installed_bundle_dir() -> Path | None:
+    """The bundles installed with the ``gcl-monai`` distribution (a wheel or ``pip install .``), found through its
+    record of installed files; None when it is not installed or was installed without them."""
+    try:
+        files = importlib.metadata.distribution("gcl-monai").files or ()
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        parts = file.parts
+        for i in range(len(parts) - len(INSTALLED_BUNDLES)):
+            if parts[i : i + len(INSTALLED_BUNDLES)] == INSTALLED_BUNDLES:
+                folder = Path(file.locate()).parents[len(parts) - i - len(INSTALLED_BUNDLES) - 1]
+                return folder.resolve()
+    return None
+
+
+def default_bundle_dir() -> Path:
+    """
+    The folder of the ``gcl_<data>`` bundles: ``$GCL_BUNDLE_DIR`` when set, else the ``bundles/`` folder of the
+    source checkout this package runs from (an editable install), else the copy installed with the package
+    (``<prefix>/share/gcl-monai/bundles`` after ``pip install .`` or a wheel).
+
+    Raises:
+        FileNotFoundError: when ``$GCL_BUNDLE_DIR`` is not a folder, or no bundle folder is found; the message
+            names the places tried.
+    """
+    explicit = os.environ.get(BUNDLE_DIR_VARIABLE)
+    if explicit:
+        if not Path(explicit).is_dir():
+            raise FileNotFoundError(f"${BUNDLE_DIR_VARIABLE} = {explicit!r} is not a folder.")
+        return Path(explicit).resolve()
+    checkout = Path(__file__).resolve().parents[2] / "bundles"
+    if checkout.is_dir():
+        return checkout
+    installed = _installed_bundle_dir()
+    if installed is not None and installed.is_dir():
+        return installed
+    raise FileNotFoundError(
+        f"No bundle folder: ${BUNDLE_DIR_VARIABLE} is not set, {checkout} does not exist and the installed "
+        "gcl-monai distribution holds no share/gcl-monai/bundles; set $GCL_BUNDLE_DIR or pass --bundle-dir."
+    )
+
+
+def bundle_config(bundle: Path, config: str) -> dict[str, Any]:
+    """``<bundle>/configs/<config>.json`` as a dict (not parsed: no expression is evaluated)."""
+    return json.loads((Path(bundle) / "configs" / f"{config}.json").read_text())
+
+
+def run_bundle(bundle: Path, config: str, run_id: str, overrides: Mapping[str, Any]) -> None:
+    """``monai.bundle.run`` of ``<bundle>/configs/<config>.json`` with ``overrides``."""
+    configs = Path(bundle) / "configs"
+    logger.debug("monai.bundle.run(%r, config_file=%s, %s)", run_id, configs / f"{config}.json", dict(overrides))
+    try:
+        monai.bundle.run(
+            run_id,
+            meta_file=str(configs / "metadata.json"),
+            config_file=str(configs / f"{config}.json"),
+            logging_file=str(configs / "logging.conf"),
+            **overrides,
+        )
+    finally:
+        gc.collect()
+
+
+def parse_bundle_item(bundle: Path, config: str, key: str, overrides: Mapping[str, Any]) -> Any:
+    """One item of a bundle config, parsed with ``overrides`` (e.g. the split or the labelled subset)."""
+    parser = ConfigParser()
+    parser.read_config(str(Path(bundle) / "configs" / f"{config}.json"))
+    parser.update(dict(overrides))
+    return parser.get_parsed_content(key)

@@ -1,0 +1,180 @@
+"""
+Running one cell: a pre-training (resumed when interrupted, a collapse recorded as final) or a fine-tuning and its
+evaluations, each with a ``benchmark.json`` status file in its folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gcl_monai.benchmark.bundles import bundle_config, parse_bundle_item, run_bundle
+from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
+from gcl_monai.benchmark.report import read_scalars
+from gcl_monai.data import num_slices
+from gcl_monai.handlers import RepresentationCollapse
+from gcl_monai.losses import chance_level
+
+__all__ = [
+    "STATUS_FILE",
+    "labelled_subset",
+    "pretrain_done",
+    "read_status",
+    "resolve_iterations",
+    "run_finetune",
+    "run_pretrain",
+    "tensorboard_collapse",
+    "write_status",
+]
+
+logger = logging.getLogger("gcl_monai.benchmark")
+
+STATUS_FILE = "benchmark.json"
+
+
+def _cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """``error`` or the exception of type ``kind`` it was raised from (bundle expressions wrap exceptions)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def read_status(folder: Path) -> dict[str, Any]:
+    path = Path(folder) / STATUS_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write_status(folder: Path, status: Mapping[str, Any]) -> None:
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    tmp = Path(folder) / (STATUS_FILE + ".tmp")
+    tmp.write_text(json.dumps(dict(status), indent=1))
+    os.replace(tmp, Path(folder) / STATUS_FILE)
+
+
+def _config_value(cell: PretrainCell, key: str) -> Any:
+    return cell.overrides[key] if key in cell.overrides else bundle_config(cell.bundle, "pretrain")[key]
+
+
+def tensorboard_collapse(
+    tb_dir: Path, batch_size: int, window: int = 10, tol: float = 1e-3, min_std: float = 1e-3
+) -> tuple[bool, float | None, float | None]:
+    """
+    Whether a finished pre-training ended collapsed, read from its TensorBoard scalars: over the last ``window``
+    iterations, every image-wise loss ``img/*`` within ``tol`` of :math:`\\ln(2B - 1)` (all embeddings identical) or
+    ``std/img`` below ``min_std``.
+
+    Returns:
+        (collapsed, final total loss, final ``std/img``), the last two averaged over the window (None if not logged).
+    """
+    scalars = read_scalars(tb_dir)
+
+    def final(tag: str) -> float | None:
+        return float(scalars[tag][1][-window:].mean()) if tag in scalars and len(scalars[tag][1]) else None
+
+    chance = chance_level(batch_size)
+    img = [final(t) for t in scalars if t.startswith("img/")]
+    stuck = bool(img) and all(v is not None and abs(v - chance) < tol for v in img)
+    loss, std = final("loss"), final("std/img")
+    return stuck or (std is not None and std < min_std), loss, std
+
+
+
+def pretrain_done(cell: PretrainCell) -> bool:
+    """Finished with the requested number of epochs, or collapsed (a collapse is final: delete the folder to retry)."""
+    status = read_status(cell.folder)
+    if status.get("status") == "collapsed":
+        return True
+    return (
+        status.get("status") == "finished"
+        and status.get("epochs") == _config_value(cell, "epochs")
+        and (cell.folder / "encoder.pt").exists()
+    )
+
+
+def run_pretrain(cell: PretrainCell) -> str:
+    """Runs (or resumes) a pre-training; returns its status: ``finished``, ``collapsed`` or ``failed``."""
+    status = read_status(cell.folder)
+    epochs, batch_size = _config_value(cell, "epochs"), _config_value(cell, "batch_size")
+    outcome, message = "failed", ""
+    start = time.time()
+    try:
+        run_bundle(cell.bundle, "pretrain", "pretrain", cell.overrides)
+        outcome = "finished"
+    except Exception as error:  # reported in the CSV; the other methods still run
+        collapse = _cause(error, RepresentationCollapse)
+        if collapse is None:
+            logger.exception("Pre-training %s failed.", cell.method)
+        outcome, message = ("collapsed", str(collapse)) if collapse else ("failed", repr(error))
+    finally:
+        seconds = status.get("seconds", 0.0) + time.time() - start
+        write_status(cell.folder, {"status": "interrupted", "seconds": seconds, "epochs": epochs})
+    collapsed, loss, std = tensorboard_collapse(cell.folder / "tensorboard", batch_size)
+    if outcome == "finished" and collapsed:
+        outcome, message = "collapsed", f"final image-wise losses at ln(2B-1) or std/img {std} below 1e-3"
+    if outcome == "collapsed":
+        logger.error(
+            "REPRESENTATION COLLAPSE in %s: %s. Its fine-tuning cells are reported as collapsed.", cell.method, message
+        )
+    write_status(
+        cell.folder,
+        {
+            "status": outcome,
+            "seconds": seconds,
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "final_loss": loss,
+            "final_std": std,
+            "message": message,
+        },
+    )
+    return outcome
+
+
+def labelled_subset(cell: FinetuneCell) -> list[dict]:
+    """The labelled volumes of a fine-tuning cell, as the bundle draws them (its ``labeled`` item)."""
+    return parse_bundle_item(cell.bundle, "train", "labeled", cell.train_overrides)
+
+
+def resolve_iterations(cell: FinetuneCell, labelled: list[dict]) -> None:
+    """With ``iterations_per_epoch`` None (the paper's epochs), one pass over the labelled slices per epoch."""
+    if cell.train_overrides.get("iterations_per_epoch", 0) is None:
+        slices = sum(num_slices(item) for item in labelled)
+        cell.train_overrides["iterations_per_epoch"] = math.ceil(slices / cell.train_overrides["batch_size"])
+
+
+def run_finetune(cell: FinetuneCell) -> str:
+    """
+    Fine-tunes (unless a previous run of the cell finished training) and evaluates on every test set without a
+    ``dice.json``. A ``model.pt`` left by an interrupted fine-tuning is a partly trained model: it is retrained.
+    """
+    status = read_status(cell.folder)
+    try:
+        if not (status.get("trained") or status.get("status") == "finished"):
+            resolve_iterations(cell, labelled_subset(cell))
+            start = time.time()
+            run_bundle(cell.bundle, "train", "run", cell.train_overrides)
+            status["finetune_seconds"] = time.time() - start
+            status["iterations"] = cell.train_overrides["epochs"] * cell.train_overrides["iterations_per_epoch"]
+            status["trained"] = True
+            write_status(cell.folder, status)
+        for test_set, overrides in cell.eval_overrides.items():
+            if not cell.dice_file(test_set).exists():
+                start = time.time()
+                run_bundle(cell.bundle, "evaluate", "run", overrides)
+                status.setdefault("eval_seconds", {})[test_set] = time.time() - start
+        status.update(status="finished", message="")
+    except Exception as error:  # reported in the CSV; the other cells still run
+        logger.exception("Fine-tuning cell %s failed.", cell.folder.name)
+        status.update(status="failed", message=repr(error))
+    write_status(cell.folder, status)
+    return status["status"]

@@ -1,0 +1,145 @@
+"""
+An experiment of the benchmark and its cells: which dataset, preset and folders, and one cell per pre-training or
+fine-tuning run, each a ``monai.bundle.run`` of a bundle config with overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gcl_monai.benchmark.bundles import default_bundle_dir
+from gcl_monai.benchmark.presets import Preset
+
+__all__ = ["DATASETS", "EXTERNAL_TEST", "INTERNAL_TEST", "Experiment", "FinetuneCell", "PretrainCell"]
+
+#: dataset id -> (bundle folder, dataset sub-folder of the data root; None: the bundle generates its data).
+DATASETS: dict[str, tuple[str, str | None]] = {
+    "acdc": ("gcl_acdc", "acdc"),
+    "prostate": ("gcl_prostate", "prostate"),
+    "mmwhs": ("gcl_mmwhs", "mmwhs"),
+    "demo": ("gcl_demo", None),
+}
+INTERNAL_TEST = "test"
+EXTERNAL_TEST = "external"
+
+
+@dataclass
+class Experiment:
+    """
+    One benchmark experiment.
+
+    Args:
+        name: experiment name (its folder under ``results_dir``).
+        data: dataset of fine-tuning and test (a key of :py:data:`DATASETS`).
+        preset: the protocol (methods, L, repeats, overrides).
+        data_root: folder holding the datasets' folders.
+        results_dir: parent folder of the experiments.
+        bundle_dir: folder of the ``gcl_<data>`` bundles.
+        pretrain_data: dataset of pre-training (None: ``data``); another dataset is the out-of-distribution setting.
+        test_root: folder of an external test set in the layout of ``data`` (evaluated on all its patients).
+    """
+
+    name: str
+    data: str
+    preset: Preset
+    data_root: Path = Path("data")
+    results_dir: Path = Path("results")
+    bundle_dir: Path = field(default_factory=default_bundle_dir)
+    pretrain_data: str | None = None
+    test_root: Path | None = None
+
+    def __post_init__(self) -> None:
+        for dataset in (self.data, self.source):
+            if dataset not in DATASETS:
+                raise ValueError(f"unknown dataset {dataset!r}; choose from {list(DATASETS)}.")
+
+    @property
+    def source(self) -> str:
+        """The pre-training dataset."""
+        return self.pretrain_data or self.data
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.results_dir) / self.name
+
+    def bundle(self, dataset: str) -> Path:
+        return Path(self.bundle_dir) / DATASETS[dataset][0]
+
+    def split_file(self, dataset: str) -> Path:
+        return self.folder / ("split.json" if dataset == self.data else f"split_{dataset}.json")
+
+    def overrides(self, dataset: str) -> dict[str, Any]:
+        """Overrides shared by every bundle run on ``dataset``: folders, split file, device and ``preset.common``."""
+        subdir = DATASETS[dataset][1]
+        out: dict[str, Any] = {
+            "bundle_root": str(self.bundle(dataset)),
+            "work_dir": str(self.folder),
+            "split_file": str(self.split_file(dataset)),
+        }
+        if subdir is not None:
+            out["dataset_dir"] = str(Path(self.data_root) / subdir)
+        if self.preset.device is not None:
+            out["device"] = f"$torch.device({self.preset.device!r})"
+        out.update(self.preset.common)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "data": self.data,
+            "pretrain_data": self.source,
+            "data_root": str(self.data_root),
+            "results_dir": str(self.results_dir),
+            "bundle_dir": str(self.bundle_dir),
+            "test_root": None if self.test_root is None else str(self.test_root),
+            "preset": dataclasses.asdict(self.preset),
+        }
+
+
+@dataclass
+class PretrainCell:
+    """The pre-training of one method (shared by all its fine-tuning cells)."""
+
+    method: str
+    bundle: Path
+    overrides: dict[str, Any]
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.overrides["work_dir"]) / "pretrain" / self.method
+
+    @property
+    def label(self) -> str:
+        return f"pretrain {self.method}"
+
+
+@dataclass
+class FinetuneCell:
+    """One fine-tuning run (method, L, labelled draw, seed) and its evaluations, one per test set."""
+
+    method: str
+    num_labeled: int
+    draw: int
+    seed: int
+    repeat: int
+    bundle: Path
+    train_overrides: dict[str, Any]
+    eval_overrides: dict[str, dict[str, Any]]
+    pretrain: PretrainCell | None
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.train_overrides["output_dir"])
+
+    @property
+    def label(self) -> str:
+        return f"finetune {self.folder.name}"
+
+    def dice_file(self, test_set: str) -> Path:
+        return Path(self.eval_overrides[test_set]["eval_dir"]) / "dice.json"
+
+    def finished(self) -> bool:
+        return all(self.dice_file(t).exists() for t in self.eval_overrides)

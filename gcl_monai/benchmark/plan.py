@@ -1,0 +1,174 @@
+"""
+The plan of an experiment: its cells in execution order, ``plan.json`` (a rerun with other settings under the same
+name is refused) and the dry-run description.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gcl_monai.benchmark.bundles import bundle_config
+from gcl_monai.benchmark.cells import pretrain_done
+from gcl_monai.benchmark.experiment import EXTERNAL_TEST, INTERNAL_TEST, Experiment, FinetuneCell, PretrainCell
+from gcl_monai.benchmark.presets import METHODS, UnsupportedMethod, preset_cuts
+
+__all__ = ["check_plan", "describe", "describe_header", "execution_order", "plan_cells", "write_plan"]
+
+logger = logging.getLogger("gcl_monai.benchmark")
+
+
+def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[FinetuneCell]]:
+    """
+    The cells of an experiment: one pre-training per method that has one (shared by the methods fine-tuning its
+    encoder), and one fine-tuning cell per (method, L, draw, seed); repeat r = draw * seeds_per_draw + k uses seed r.
+    Draws and seeds are the same for every method, so the comparisons are paired. Methods that need a meta label
+    the pre-training dataset lacks are left out with a warning (the paper's "/" cells).
+    """
+    preset = experiment.preset
+    source_bundle = experiment.bundle(experiment.source)
+    dataset_meta = bundle_config(source_bundle, "pretrain")["meta_labels"]
+    pretrain: dict[str, PretrainCell] = {}
+    methods = []
+    for name in preset.methods:
+        owner = METHODS[name].pretrain_method
+        if owner is not None and owner not in pretrain:
+            try:
+                method_overrides = METHODS[owner].pretrain_overrides(dataset_meta)
+            except UnsupportedMethod as error:
+                logger.warning("Leaving out %s: %s", name, error)
+                continue
+            overrides = {**experiment.overrides(experiment.source), **preset.pretrain, **method_overrides}
+            pretrain[owner] = PretrainCell(owner, source_bundle, overrides)
+        methods.append(name)
+
+    bundle = experiment.bundle(experiment.data)
+    finetune = dict(preset.finetune)
+    external = f"$gcl_monai.data.load_datalist({str(experiment.test_root)!r}, dataset=@dataset)"
+    finetune_cells = []
+    for name in methods:
+        method = METHODS[name]
+        owner = method.pretrain_method
+        for num_labeled in preset.num_labeled:
+            for draw in range(preset.repeats):
+                for k in range(preset.seeds_per_draw):
+                    # one seed per repeat: repeats differ even when the pool allows a single labelled subset
+                    seed = repeat = draw * preset.seeds_per_draw + k
+                    folder = experiment.folder / "finetune" / f"{name}_L{num_labeled}_d{draw}_s{seed}"
+                    train = {
+                        **experiment.overrides(experiment.data),
+                        **finetune,
+                        "init": owner or "random",
+                        "num_labeled": num_labeled,
+                        "draw": draw,
+                        "seed": seed,
+                        "freeze_encoder": method.freeze_encoder,
+                        "output_dir": str(folder),
+                        "ckpt_dir": str(folder / "models"),
+                    }
+                    if owner is not None:
+                        train["pretrained_path"] = str(pretrain[owner].folder / "encoder.pt")
+                    evaluate = {
+                        **experiment.overrides(experiment.data),
+                        "ckpt_path": str(folder / "models" / "model.pt"),
+                        "eval_dir": str(folder / "eval"),
+                    }
+                    evals = {INTERNAL_TEST: evaluate}
+                    if experiment.test_root is not None:
+                        external_eval = {"eval_dir": str(folder / "eval_external"), "test_data": external}
+                        evals[EXTERNAL_TEST] = {**evaluate, **external_eval}
+                    finetune_cells.append(
+                        FinetuneCell(
+                            method=name,
+                            num_labeled=num_labeled,
+                            draw=draw,
+                            seed=seed,
+                            repeat=repeat,
+                            bundle=bundle,
+                            train_overrides=train,
+                            eval_overrides=evals,
+                            pretrain=pretrain[owner] if owner else None,
+                        )
+                    )
+    return list(pretrain.values()), finetune_cells
+
+
+def execution_order(pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> list[PretrainCell | FinetuneCell]:
+    """Fine-tuning from random initialisation first (it times a fine-tuning cell early), then each pre-training
+    followed by the fine-tuning cells that use it."""
+    order: list[PretrainCell | FinetuneCell] = [c for c in finetune if c.pretrain is None]
+    for cell in pretrain:
+        order.append(cell)
+        order.extend(c for c in finetune if c.pretrain is cell)
+    return order
+
+def check_plan(experiment: Experiment) -> None:
+    """Refuses to mix settings in one experiment folder (only methods, L, repeats and seeds may change)."""
+    path = experiment.folder / "plan.json"
+    if not path.exists():
+        return
+    stored = json.loads(path.read_text())
+    ours = json.loads(json.dumps(experiment.to_dict()))
+    free = ("methods", "num_labeled", "repeats", "seeds_per_draw", "name")
+    for key in ("data", "pretrain_data", "test_root"):
+        if stored.get(key) != ours[key]:
+            raise ValueError(f"{path}: {key} was {stored.get(key)!r}, now {ours[key]!r}; use another --name.")
+    for key, value in ours["preset"].items():
+        if key not in free and stored["preset"].get(key) != value:
+            raise ValueError(
+                f"{path}: preset {key} was {stored['preset'].get(key)!r}, now {value!r}; results of different settings "
+                "must not be mixed: use another --name."
+            )
+
+
+def write_plan(experiment: Experiment, pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> Path:
+    plan = {
+        **experiment.to_dict(),
+        "cuts": preset_cuts(experiment.preset),
+        "methods": list(dict.fromkeys(c.method for c in finetune)),
+        "labels": {m: METHODS[m].label for m in experiment.preset.methods},
+        "pretrain": {c.method: {"bundle": str(c.bundle), "overrides": c.overrides} for c in pretrain},
+    }
+    path = experiment.folder / "plan.json"
+    path.write_text(json.dumps(plan, indent=1))
+    return path
+
+
+def describe_header(experiment: Experiment, num_cells: int) -> list[str]:
+    """The experiment in a few lines, with what its preset cuts relative to the paper."""
+    lines = [f"Experiment {experiment.name}: preset {experiment.preset.name}, fine-tune and test on {experiment.data}, "
+             f"pre-train on {experiment.source}; {num_cells} cells in {experiment.folder}"]
+    cuts = preset_cuts(experiment.preset)
+    lines.append("What this preset cuts relative to the paper:" if cuts else "The paper's protocol, nothing cut.")
+    lines.extend(f"  - {c}" for c in cuts)
+    return lines
+
+
+def describe(experiment: Experiment, cells: list[PretrainCell | FinetuneCell]) -> str:
+    """The plan as text: the header, the overrides shared by each stage, then every cell with its own overrides."""
+    lines = describe_header(experiment, len(cells))
+    shared = {
+        "pretrain.json": {**experiment.overrides(experiment.source), **experiment.preset.pretrain},
+        "train.json": {**experiment.overrides(experiment.data), **experiment.preset.finetune},
+        "evaluate.json": experiment.overrides(experiment.data),
+    }
+    lines += [f"Overrides of every {config} run: {overrides}" for config, overrides in shared.items()]
+
+    def own(overrides: Mapping[str, Any], config: str) -> dict[str, Any]:
+        return {k: v for k, v in overrides.items() if k not in shared[config] or shared[config][k] != v}
+
+    for i, cell in enumerate(cells):
+        if isinstance(cell, PretrainCell):
+            done = " [done]" if pretrain_done(cell) else ""
+            overrides = own(cell.overrides, "pretrain.json")
+            lines.append(f"{i + 1:4d}. {cell.label}{done}: {cell.bundle.name} pretrain.json {overrides}")
+        else:
+            done = " [done]" if cell.finished() else ""
+            overrides = own(cell.train_overrides, "train.json")
+            lines.append(f"{i + 1:4d}. {cell.label}{done}: {cell.bundle.name} train.json {overrides}")
+            for test_set, overrides in cell.eval_overrides.items():
+                lines.append(f"        then evaluate.json ({test_set}) {own(overrides, 'evaluate.json')}")
+    return "\n".join(lines)

@@ -1,0 +1,69 @@
+"""Progress of an experiment: ``cell i of n``, the elapsed time and an ETA."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from gcl_monai.benchmark.cells import read_status
+from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
+
+__all__ = ["Progress", "hms", "past_durations"]
+
+logger = logging.getLogger("gcl_monai.benchmark")
+
+
+class Progress:
+    """Logs ``cell i of n``, the elapsed time and an ETA from the mean duration of each kind of cell."""
+
+    def __init__(self, cells: list[PretrainCell | FinetuneCell], durations: dict[str, list[float]]):
+        self.cells = cells
+        self.durations = durations
+        self.start = time.time()
+
+    @staticmethod
+    def kind(cell: PretrainCell | FinetuneCell) -> str:
+        return "pretrain" if isinstance(cell, PretrainCell) else "finetune"
+
+    def eta(self, first_remaining: int) -> str:
+        remaining: dict[str, int] = {}
+        for cell in self.cells[first_remaining:]:
+            remaining[self.kind(cell)] = remaining.get(self.kind(cell), 0) + 1
+        seconds, unknown = 0.0, []
+        for kind, count in remaining.items():
+            if self.durations.get(kind):
+                seconds += count * sum(self.durations[kind]) / len(self.durations[kind])
+            else:
+                unknown.append(f"{count} {kind}")
+        text = hms(seconds)
+        return text + (f" + {', '.join(unknown)} cell(s) not yet timed" if unknown else "")
+
+    def log(self, index: int, cell: PretrainCell | FinetuneCell, what: str, started: bool = False) -> None:
+        """Logs cell ``index``; ``started``: the cell is about to run (the ETA includes it)."""
+        logger.info(
+            "[cell %d of %d] %s: %s (elapsed %s, ETA %s)",
+            index + 1, len(self.cells), cell.label, what, hms(time.time() - self.start),
+            self.eta(index if started else index + 1),
+        )
+
+    def add(self, cell: PretrainCell | FinetuneCell, seconds: float) -> None:
+        self.durations.setdefault(self.kind(cell), []).append(seconds)
+
+
+def hms(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600:d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def past_durations(pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> dict[str, list[float]]:
+    """Durations of the cells finished by earlier invocations, to seed the ETA."""
+    durations: dict[str, list[float]] = {"pretrain": [], "finetune": []}
+    for cell in pretrain:
+        status = read_status(cell.folder)
+        if status.get("status") == "finished":
+            durations["pretrain"].append(status["seconds"])
+    for cell in finetune:
+        status = read_status(cell.folder)
+        if status.get("status") == "finished" and "finetune_seconds" in status:
+            durations["finetune"].append(status["finetune_seconds"] + sum(status.get("eval_seconds", {}).values()))
+    return durations

@@ -1,0 +1,83 @@
+"""The results of an experiment: one row per fine-tuning run and test set, written to ``results.csv``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from gcl_monai.benchmark.cells import labelled_subset, read_status
+from gcl_monai.benchmark.experiment import Experiment, FinetuneCell
+
+__all__ = ["collect_rows", "labelled_patients", "write_csv"]
+
+
+def labelled_patients(cell: FinetuneCell) -> str:
+    return ";".join(sorted({str(d.get("patient", d.get("patient_id"))) for d in labelled_subset(cell)}))
+
+
+def collect_rows(experiment: Experiment, finetune: list[FinetuneCell]) -> list[dict[str, Any]]:
+    """
+    One row per fine-tuning run and test set found on disk, with ``status``: ``ok`` (with its Dice), ``collapsed``
+    (the pre-training collapsed, so it was never fine-tuned: Dice NaN), ``pretrain_failed`` or ``failed`` (Dice
+    NaN). Cells not run yet have no row.
+    """
+    rows = []
+    for cell in finetune:
+        cell_status = read_status(cell.folder)
+        pre = read_status(cell.pretrain.folder) if cell.pretrain is not None else {}
+        pre_status = {"collapsed": "collapsed", "failed": "pretrain_failed"}.get(pre.get("status"))
+        if pre_status is None and not cell_status and not cell.finished():
+            continue
+        patients = labelled_patients(cell)
+        message = pre.get("message", "") if pre_status else cell_status.get("message", "")
+        for test_set in cell.eval_overrides:
+            dice_file = cell.dice_file(test_set)
+            summary = json.loads(dice_file.read_text()) if dice_file.exists() and pre_status is None else {}
+            status = pre_status or ("ok" if summary else "failed")
+            row = {
+                "dataset": experiment.data,
+                "pretrain_dataset": experiment.source if cell.pretrain is not None else "none",
+                "method": cell.method,
+                "num_labeled": cell.num_labeled,
+                "repeat": cell.repeat,
+                "draw": cell.draw,
+                "seed": cell.seed,
+                "test_set": test_set,
+                "dice": summary.get("dice", math.nan),
+                **{f"dice_{k}": v for k, v in summary.get("dice_per_class", {}).items()},
+                "status": status,
+                "labelled_patients": patients,
+                "num_test_volumes": summary.get("num_volumes", ""),
+                "pretrain_seconds": round(pre.get("seconds", 0.0), 1),
+                "finetune_seconds": round(cell_status.get("finetune_seconds", math.nan), 1),
+                "eval_seconds": round(cell_status.get("eval_seconds", {}).get(test_set, math.nan), 1),
+                "finetune_iterations": cell_status.get("iterations", ""),
+                "pretrain_final_loss": pre.get("final_loss", ""),
+                "pretrain_final_std": pre.get("final_std", ""),
+                "preset": experiment.preset.name,
+                "run_dir": str(cell.folder),
+                "message": message if status != "ok" else "",
+            }
+            rows.append(row)
+    return rows
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Writes ``rows`` (columns in first-seen order; per-class columns after ``dice``)."""
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    first = [c for c in columns if not c.startswith("dice_")]
+    index = first.index("dice") + 1 if "dice" in first else len(first)
+    columns = first[:index] + [c for c in columns if c.startswith("dice_")] + first[index:]
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+    return path

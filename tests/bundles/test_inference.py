@@ -1,0 +1,132 @@
+"""Inference as a clinical-research folder needs it: 4D series segmented frame by frame (or a clear error naming
+the file and the frame option), non-finite input repaired with a warning naming the file or refused, and in a
+folder of cases every readable one written, every failure reported by name, a non-zero exit status at the end."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import torch
+from monai.bundle import ConfigParser
+from monai.data import MetaTensor
+
+from gcl_monai.data import inference_datalist
+from gcl_monai.transforms import RepairNonFinited, SelectFramed
+
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
+DEMO = REPO / "bundles" / "gcl_demo" / "configs"
+FEATURES = [8, 8, 16, 16, 32, 8]
+AFFINE = np.diag([1.5, 1.4, 10.0, 1.0])
+
+
+def _nifti(path: Path, data: np.ndarray) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nib.save(nib.Nifti1Image(data.astype(np.float32), AFFINE), str(path))
+    return path
+
+
+def test_inference_datalist_lists_every_frame_of_a_4d_series(tmp_path):
+    rng = np.random.default_rng(0)
+    _nifti(tmp_path / "a.nii.gz", rng.random((8, 8, 3)))
+    _nifti(tmp_path / "sub" / "cine.nii.gz", rng.random((8, 8, 3, 4)))
+    _nifti(tmp_path / "a_gt.nii.gz", rng.random((8, 8, 3)))
+    (tmp_path / "broken.nii.gz").write_bytes(b"not a nifti file")
+    (tmp_path / "notes.txt").write_text("not an image")
+    items = inference_datalist(tmp_path)
+    assert items == [
+        {"image": str(tmp_path / "a.nii.gz")},
+        {"image": str(tmp_path / "broken.nii.gz")},  # listed: its failure is reported by name when loaded
+        *({"image": str(tmp_path / "sub" / "cine.nii.gz"), "frame": t} for t in range(4)),
+    ]
+    assert inference_datalist(tmp_path, frame=2)[-1] == {"image": str(tmp_path / "sub" / "cine.nii.gz"), "frame": 2}
+    with pytest.raises(FileNotFoundError, match="inference folder"):
+        inference_datalist(tmp_path / "missing")
+
+
+def test_select_frame():
+    cine = MetaTensor(torch.arange(3 * 2 * 2 * 2, dtype=torch.float32).reshape(3, 2, 2, 2),
+                      meta={"filename_or_obj": "/d/p1_4d.nii.gz"})
+    out = SelectFramed("image")({"image": cine, "frame": 1})["image"]
+    assert torch.equal(out, cine[1:2]) and out.meta["filename_or_obj"] == "/d/p1_4d_frame01.nii.gz"
+    assert cine.meta["filename_or_obj"] == "/d/p1_4d.nii.gz"
+    assert torch.equal(SelectFramed("image", frame=2)({"image": cine})["image"], cine[2:3])
+    with pytest.raises(ValueError, match=r"p1_4d\.nii\.gz: 3 frames.*--frame 0"):
+        SelectFramed("image")({"image": cine})
+    with pytest.raises(ValueError, match=r"p1_4d\.nii\.gz: frame 5 requested, the image has 3"):
+        SelectFramed("image")({"image": cine, "frame": 5})
+    volume = cine[:1]
+    assert SelectFramed("image")({"image": volume})["image"] is volume
+
+
+def test_non_finite_voxels_are_repaired_with_a_warning_or_refused(caplog):
+    image = MetaTensor(torch.tensor([[[[1.0, float("nan")], [3.0, float("inf")]]]]), meta={"filename_or_obj": "x.nii"})
+    with caplog.at_level(logging.WARNING, logger="gcl_monai.transforms"):
+        out = RepairNonFinited("image")({"image": image})["image"]
+    assert out.flatten().tolist() == [1.0, 1.0, 3.0, 1.0]
+    assert "x.nii: 2 of 4 voxels are NaN or infinite" in caplog.text
+    with pytest.raises(ValueError, match=r"x\.nii: no finite intensity"):
+        RepairNonFinited("image")({"image": torch.full_like(image, float("nan"))})
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    parser = ConfigParser()
+    parser.read_config(str(DEMO / "inference.json"))
+    parser["features"] = FEATURES
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("model") / "model.pt"
+    torch.save(parser.get_parsed_content("network_def").state_dict(), path)
+    return path
+
+
+def _infer(folder: Path, out: Path, model: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "monai.bundle", "run", "--config_file", str(DEMO / "inference.json"),
+           "--dataset_dir", str(folder), "--output_dir", str(out), "--handlers#0#load_path", str(model),
+           "--image_size", "[32, 32]", "--features", str(FEATURES), *extra]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={"OMP_NUM_THREADS": "1", **_env()})
+
+
+def _env():
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+
+
+def test_folder_with_bad_cases_writes_the_good_ones_and_fails_at_the_end(tmp_path, model_file):
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "cases"
+    _nifti(folder / "good.nii.gz", rng.random((40, 36, 3)))
+    partly_nan = rng.random((40, 36, 3))
+    partly_nan[:4] = np.nan
+    _nifti(folder / "partly_nan.nii.gz", partly_nan)
+    _nifti(folder / "cine.nii.gz", rng.random((40, 36, 3, 2)))
+    _nifti(folder / "all_nan.nii.gz", np.full((40, 36, 3), np.nan))
+    (folder / "corrupt.nii.gz").write_bytes(b"\x1f\x8b truncated")
+    result = _infer(folder, tmp_path / "out", model_file)
+    assert result.returncode != 0
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == ["cine_frame00_seg.nii.gz", "cine_frame01_seg.nii.gz", "good_seg.nii.gz",
+                       "partly_nan_seg.nii.gz"]
+    for name in written:
+        seg = nib.load(str(tmp_path / "out" / name))
+        assert seg.shape == (40, 36, 3)
+        np.testing.assert_allclose(seg.affine, AFFINE, atol=1e-5)
+    log = result.stdout + result.stderr
+    assert "2 of 6 case(s) could not be segmented" in log
+    assert f"{folder / 'all_nan.nii.gz'}: ValueError" in log and "no finite intensity" in log
+    assert str(folder / "corrupt.nii.gz") in log
+    assert f"{folder / 'partly_nan.nii.gz'}: 432 of 4320 voxels are NaN" in log
+
+
+def test_one_frame_of_a_4d_series(tmp_path, model_file):
+    folder = tmp_path / "cases"
+    _nifti(folder / "cine.nii.gz", np.random.default_rng(1).random((40, 36, 3, 3)))
+    result = _infer(folder, tmp_path / "out", model_file, "--frame", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["cine_frame02_seg.nii.gz"]

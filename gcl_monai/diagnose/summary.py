@@ -58,7 +58,8 @@ class DiagnosisSummary:
         for name, s in self.labels.items():
             pix = "–" if math.isnan(s["pix_first"]) else f"{s['pix_first']:.3f} -> {s['pix_last']:.3f}"
             below = "yes" if s["below_chance"] else "no"
-            lines.append(f"| {name} | {s['img_first']:.3f} -> {s['img_last']:.3f} | {s['img_drop']:.3f} | {below} | {pix} |")
+            img = f"{s['img_first']:.3f} -> {s['img_last']:.3f}"
+            lines.append(f"| {name} | {img} | {s['img_drop']:.3f} | {below} | {pix} |")
         lines += [
             "",
             f"Mean drop of the image-wise losses: {self.mean_drop:.3f}. `std/img` {self.std_img[0]:.4f} -> "
@@ -79,9 +80,8 @@ class DiagnosisSummary:
                 "|---|---|---|---|---|",
             ]
             for pair, s in self.pairs.items():
-                lines.append(
-                    f"| {pair} | {s['cos_mean']:.3f} | {s['cos_last']:.3f} | {s['target_last']:.3f} | {s['acted']:.3f} |"
-                )
+                cells = [s["cos_mean"], s["cos_last"], s["target_last"], s["acted"]]
+                lines.append(f"| {pair} | " + " | ".join(f"{v:.3f}" for v in cells) + " |")
         return "\n".join(lines) + "\n"
 
 
@@ -210,7 +210,9 @@ def _plot(rows: Sequence[Mapping[str, float]], summary: DiagnosisSummary, path: 
     fig.savefig(path, dpi=110)
 
 
-def write_diagnosis(folder: str | Path, rows: Sequence[Mapping[str, float]], summary: DiagnosisSummary, header: str = "") -> Path:
+def write_diagnosis(
+    folder: str | Path, rows: Sequence[Mapping[str, float]], summary: DiagnosisSummary, header: str = ""
+) -> Path:
     """
     Write ``trajectory.csv`` (one row per iteration), ``summary.json``, ``report.md`` (``header`` then the tables)
     and ``curves.png`` (when matplotlib is installed) into ``folder``; returns the report's path.

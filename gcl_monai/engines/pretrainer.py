@@ -42,8 +42,9 @@ class GCLPretrainer(Trainer):
     ``engine.state.output`` holds ``"loss"`` (sum over meta labels), per meta label name ``"img/<name>"`` and
     ``"pix/<name>"``, ``"std/img"`` (the mean per-dimension standard deviation of the normalised image-wise
     representations, near 0 when they collapse), ``"cos/img"`` (their mean pairwise cosine similarity, near 1
-    when they collapse), ``"pixel_weight"`` (with the pixel branch), ``"lr"``, ``"pace"`` (GradFilter's keep fraction, with the pixel
-    branch and a GradFilter), plus whatever the combiner handler reports in ``engine.state.gradient_stats``.
+    when they collapse), ``"pixel_weight"`` (with the pixel branch), ``"lr"``, ``"pace"`` (GradFilter's keep
+    fraction, with the pixel branch and a GradFilter), plus whatever the combiner handler reports in
+    ``engine.state.gradient_stats``.
 
     Args:
         device: device of the network.
@@ -177,8 +178,8 @@ class GCLPretrainer(Trainer):
         pixel_weight = engine.pixel_weight
         if engine.pixel_warmup > 0:
             pixel_weight *= min(1.0, engine.state.iteration / engine.pixel_warmup)
-        if engine.pixel_loss is not None:
-            output["pixel_weight"] = pixel_weight  # one pass over the (anchor, positive) image pairs of all meta labels
+        if engine.pixel_loss is not None:  # one pass over the (anchor, positive) image pairs of all meta labels
+            output["pixel_weight"] = pixel_weight
             pixel_losses = engine.pixel_loss.forward_multi(
                 out["pix"], out["img_map"], labels, engine.grad_filter, jacobian
             )

@@ -185,7 +185,7 @@ class GradMitigator(GradientCombiner):
         return layout.unpack(out, grads[0])
 
     def _relative_change(self, weights: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
-        """``|sum_m a_m g_m - mean_m g_m| / |mean_m g_m|`` over all parameters: how much Algorithm 1 moved the update."""
+        """``|sum_m a_m g_m - mean_m g_m| / |mean_m g_m|`` over all parameters: how far Algorithm 1 moved the update."""
         delta = weights - 1.0 / self.num_tasks
         moved = torch.einsum("ms,mns,ns->", delta, gram, delta).clamp_min(0.0)
         mean = torch.full_like(weights, 1.0 / self.num_tasks)

@@ -47,13 +47,15 @@ def test_summary_of_hand_made_trajectory(tmp_path):
     assert s.mean_drop == pytest.approx((0.4 + 0.0) / 2, abs=1e-3)
     assert s.cos_img == pytest.approx((0.875, 0.475))
     assert s.pairs["a vs b"] == pytest.approx({"cos_mean": -0.3, "cos_last": -0.3, "target_last": -0.09, "acted": 0.5})
-    assert s.pairs["b vs a"]["cos_last"] == pytest.approx(-0.2) and s.pairs["b vs a"]["cos_mean"] == pytest.approx(-0.28)
+    assert s.pairs["b vs a"]["cos_last"] == pytest.approx(-0.2)
+    assert s.pairs["b vs a"]["cos_mean"] == pytest.approx(-0.28)
     assert s.change == pytest.approx(0.1)
     reference = {"mean_drop": 0.4, "std_img": [0.0, 0.06]}
     s = summarise(_rows(), ["a", "b"], window_fraction=0.2, reference=reference)
     std_last = 0.02 + 0.01 * (8 / 9 + 1) / 2  # last window: t = 8, 9
     assert s.std_img[1] == pytest.approx(std_last)
-    assert s.reference["drop_ratio"] == pytest.approx(0.5, abs=1e-2) and s.reference["std_ratio"] == pytest.approx(std_last / 0.06)
+    assert s.reference["drop_ratio"] == pytest.approx(0.5, abs=1e-2)
+    assert s.reference["std_ratio"] == pytest.approx(std_last / 0.06)
     report = write_diagnosis(tmp_path, _rows(), s, header="# test\n")
     text = report.read_text()
     assert text.startswith("# test") and "stalled at chance: b" in text and "| a vs b |" in text

@@ -22,7 +22,7 @@ from gcl_monai.data.json_datalist import read_json_datalist
 from gcl_monai.data.layouts import detect_layout, load_datalist
 from gcl_monai.data.mmwhs import MMWHS_LABEL_NAMES, MMWHS_LABEL_VALUES, read_mmwhs
 from gcl_monai.data.prostate import MSD_LABEL_NAMES, MSD_TO_MULTISITE_LABELS, MULTISITE_LABEL_NAMES, read_prostate
-from gcl_monai.data.splits import labeled_subset, load_split, save_split, split_patients
+from gcl_monai.data.splits import labeled_subset, load_split, save_split, split_patients, unlabeled_subset
 
 # imported on first use: the phantom (so `python -m gcl_monai.data.phantom` runs it only once), and the
 # bundle glue and slice dataset (torch-heavy)
@@ -85,5 +85,6 @@ __all__ = [
     "split_h5_path",
     "split_patients",
     "synthesize_patient",
+    "unlabeled_subset",
     "validate_meta_keys",
 ]

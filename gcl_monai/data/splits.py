@@ -168,6 +168,30 @@ def labeled_subset(train: Sequence[dict], num_labeled: int, draw: int, seed: int
     return [d for d in train if _patient(d) in chosen]
 
 
+def unlabeled_subset(pool: Sequence[dict], labeled: Sequence[dict]) -> list[dict]:
+    """The unlabelled cases of a semi-supervised fine-tuning run: the entries of ``pool`` whose patient is not
+    among the labelled ones.
+
+    Args:
+        pool: the training patients' entries (e.g. ``split["pretrain"] + split["train"]``).
+        labeled: the labelled entries (e.g. :func:`labeled_subset`'s output).
+
+    Returns:
+        The unlabelled entries, in their input order.
+
+    Raises:
+        ValueError: when every patient of ``pool`` is labelled (nothing left for a consistency loss).
+    """
+    labeled_patients = {_patient(d) for d in labeled}
+    unlabeled = [d for d in pool if _patient(d) not in labeled_patients]
+    if not unlabeled:
+        raise ValueError(
+            f"no unlabelled slices left: all {len({_patient(d) for d in pool})} training patients are labelled "
+            f"({sorted(labeled_patients)}); a semi-supervised fine-tuning needs unlabelled patients."
+        )
+    return unlabeled
+
+
 def _to_json(value: object) -> object:
     if isinstance(value, np.generic):
         return value.item()

@@ -10,6 +10,7 @@ import numpy as np
 from monai.config import KeysCollection
 from monai.data import NibabelReader
 from monai.transforms import (
+    CenterScaleCropd,
     Compose,
     EnsureChannelFirstd,
     EnsureTyped,
@@ -101,10 +102,13 @@ def _volume_steps(
     slice_axis: int,
     label_map: Mapping | Sequence | None,
     intensity: str | None,
+    fov_scale: float,
 ) -> list:
-    """Load, select the channel, remap labels, normalise intensities and resize the volume in-plane."""
+    """Load, select the channel, remap labels, normalise intensities, crop and resize the volume in-plane."""
     if intensity not in INTENSITY_MODES:
         raise ValueError(f"intensity must be one of {INTENSITY_MODES}, got {intensity!r}.")
+    if not 0.0 < fov_scale <= 1.0:
+        raise ValueError(f"fov_scale must be in (0, 1], got {fov_scale!r}.")
     loader = LoadImaged(keys=keys, image_only=True, dtype=np.float32)
     loader.register(NibabelReader())
     loader.register(H5Reader())  # registered last: tried first, and only on .h5/.hdf5 suffixes
@@ -122,6 +126,10 @@ def _volume_steps(
         steps.append(NormalizeIntensityd(keys="image", channel_wise=True))
     spatial_size = list(ensure_tuple_rep(image_size, 2))
     spatial_size.insert(slice_axis % (len(spatial_size) + 1), -1)
+    if fov_scale < 1.0:
+        roi_scale = [fov_scale, fov_scale]
+        roi_scale.insert(slice_axis % (len(roi_scale) + 1), 1.0)
+        steps.append(CenterScaleCropd(keys=keys, roi_scale=roi_scale))
     steps.append(
         Resized(
             keys=keys,
@@ -140,6 +148,7 @@ def volume_transforms(
     label_map: Mapping | Sequence | None = None,
     intensity: str | None = "percentile",
     num_quantiles: int = 4,
+    fov_scale: float = 1.0,
 ) -> Compose:
     """
     Deterministic per-volume pipeline: load a volume, normalise it, and cut it into fixed-size 2D slices.
@@ -152,9 +161,12 @@ def volume_transforms(
     3. ``MapLabelValued`` when ``label_map`` is given (e.g. MM-WHS ``{205: 1, 420: 2, ..., 850: 7}``);
     4. per-volume intensity normalisation of the image: ``"percentile"``: percentiles 1-99 -> [0, 1], clipped
        (``ScaleIntensityRangePercentilesd``); ``"zscore"``: ``NormalizeIntensityd``; None: none;
-    5. ``Resized`` of the volume to ``image_size`` in-plane, keeping the number of slices (area averaging for the
-       image, nearest for the label): the whole field of view is kept, no crop can cut the organ, and the same
-       standard MONAI step, inverted by ``Invertd``, is what the inference bundle applies to a 3D volume;
+    5. with ``fov_scale < 1``, ``CenterScaleCropd`` of the central ``fov_scale`` of each in-plane axis (the organ
+       sits in the centre of the field of view of cardiac and prostate MRI: the bundles' value is the smallest
+       one that keeps every label voxel of the non-test volumes, see ``docs/finetuning.md``), then ``Resized`` of
+       the volume to ``image_size`` in-plane, keeping the number of slices (area averaging for the image, nearest
+       for the label). Both are standard invertible MONAI steps: the inference bundle applies the same two to a
+       3D volume and ``Invertd`` pads and resizes its prediction back to the input grid;
     6. :class:`VolumeToSlicesd` (a list of slice dictionaries with the meta labels).
 
     The pipeline returns a list of slice dictionaries per volume: use it as ``SliceDataset``'s
@@ -169,15 +181,17 @@ def volume_transforms(
         label_map: label values to remap, ``{orig: target}`` (JSON string keys accepted) or pairs.
         intensity: ``"percentile"``, ``"zscore"`` or None.
         num_quantiles: number of ``Slice_quantile`` classes.
+        fov_scale: fraction of each in-plane axis kept around the centre before resizing (1: the whole field of
+            view).
 
     Returns:
         the ``Compose``.
 
     Raises:
-        ValueError: unknown ``intensity``.
+        ValueError: unknown ``intensity``, or ``fov_scale`` outside (0, 1].
     """
     keys = ("image", "label") if with_label else ("image",)
-    steps = _volume_steps(keys, image_size, slice_axis, label_map, intensity)
+    steps = _volume_steps(keys, image_size, slice_axis, label_map, intensity, fov_scale)
     steps.append(VolumeToSlicesd(keys=keys, meta_keys=meta_keys, num_quantiles=num_quantiles, slice_axis=slice_axis))
     return Compose(steps)
 
@@ -188,16 +202,17 @@ def volume_eval_transforms(
     with_label: bool = True,
     label_map: Mapping | Sequence | None = None,
     intensity: str | None = "percentile",
+    fov_scale: float = 1.0,
 ) -> Compose:
     """
     Deterministic 3D pipeline for evaluation with ``monai.inferers.SliceInferer``: steps 1-5 of
     :func:`volume_transforms` (no slicing), so the network sees exactly the slices it was trained on.
 
     Args:
-        image_size, slice_axis, with_label, label_map, intensity: as in :func:`volume_transforms`.
+        image_size, slice_axis, with_label, label_map, intensity, fov_scale: as in :func:`volume_transforms`.
     """
     keys = ("image", "label") if with_label else ("image",)
-    return Compose(_volume_steps(keys, image_size, slice_axis, label_map, intensity))
+    return Compose(_volume_steps(keys, image_size, slice_axis, label_map, intensity, fov_scale))
 
 
 def pretrain_transforms(
@@ -240,9 +255,11 @@ def finetune_transforms(
     intensity_prob: float = 0.3,
     track_meta: bool = False,
     seed: int | None = None,
+    with_label: bool = True,
 ) -> Compose:
     """
-    Random per-slice pipeline for supervised fine-tuning on ``"image"`` and ``"label"``.
+    Random per-slice pipeline for supervised fine-tuning on ``"image"`` and ``"label"`` (``"image"`` only with
+    ``with_label=False``: the unlabelled slices of semi-supervised fine-tuning).
 
     Flips and a small affine (rotation, isotropic-ish scaling) are applied jointly to image and label
     (bilinear / nearest, zero padding); gamma, relative scaling, std-relative shift and noise to the image.
@@ -256,12 +273,13 @@ def finetune_transforms(
         intensity_prob: probability of each intensity change.
         track_meta: keep ``MetaTensor`` outputs; False (default) returns plain tensors.
         seed: seed of the random state; None draws it from NumPy's global generator.
+        with_label: transform ``"label"`` with the image.
 
     Returns:
         the ``Compose``.
     """
     size = ensure_tuple_rep(image_size, 2)
-    keys = ("image", "label")
+    keys = ("image", "label") if with_label else ("image",)
     compose = Compose(
         [
             *[RandFlipd(keys=keys, prob=flip_prob, spatial_axis=axis) for axis in range(len(size))],
@@ -271,7 +289,7 @@ def finetune_transforms(
                 prob=affine_prob,
                 rotate_range=math.radians(rotate_degrees),
                 scale_range=(scale_range,) * len(size),
-                mode=("bilinear", "nearest"),
+                mode=("bilinear", "nearest")[: len(keys)],
                 padding_mode="zeros",
                 cache_grid=True,
             ),

@@ -20,7 +20,7 @@ DEMO = REPO / "bundles" / "gcl_demo" / "configs"
 # keys whose values legitimately differ between the datasets' bundles
 DATASET_KEYS = {
     "bundle_root", "dataset", "dataset_dir", "num_patients", "data_seed", "num_pretrain", "num_val", "num_test",
-    "meta_labels", "volume_meta_keys", "image_size", "features", "num_classes", "class_names", "label_map",
+    "meta_labels", "volume_meta_keys", "image_size", "fov_scale", "features", "num_classes", "class_names", "label_map",
     "stratify_key",
 }
 TINY = {
@@ -107,6 +107,27 @@ def test_pretrain_finetune_evaluate(demo_root):
     assert 0.0 <= summary["dice"] <= 1.0 and summary["num_volumes"] == 2  # one test patient, ED + ES
     assert set(summary["dice_per_class"]) == {"rv", "myocardium", "lv"}
     assert (demo_root / "models" / "model.pt").is_file()
+
+
+@pytest.mark.parametrize(("semi_supervised", "init"), [("mean_teacher", "gcl"), ("mixup", "random"), ("vat", "gcl")])
+def test_semi_supervised_switches_run_through_the_bundle(semi_supervised, init, demo_root):
+    wf = _run("train.json", "run", demo_root, **{**TINY_FT, "init": init, "semi_supervised": semi_supervised})
+    trainer = wf.parser.get_parsed_content("train#trainer")
+    out = trainer.state.output[0]
+    assert float(out["consistency_loss"]) > 0 and trainer.state.iteration == TINY_FT["iterations_per_epoch"]
+    unlabeled = {d["patient"] for d in wf.parser.get_parsed_content("unlabeled")}
+    labeled = {d["patient"] for d in wf.parser.get_parsed_content("labeled")}
+    assert unlabeled and not unlabeled & labeled
+    assert (trainer.teacher is not None) == (semi_supervised != "vat")
+
+
+def test_semi_supervised_switch_without_unlabelled_patients_fails_clearly(demo_root):
+    only_pool = "$gcl_monai.data.unlabeled_subset(@split['train'], @labeled)"  # the pool has 2 patients
+    with pytest.raises(RuntimeError) as error:  # the bundle's config error, raised from the ValueError
+        _run("train.json", "run", demo_root,
+             **{**TINY_FT, "semi_supervised": "mean_teacher", "num_labeled": 2, "unlabeled": only_pool})
+    cause = error.value.__cause__ or error.value.__context__
+    assert isinstance(cause, ValueError) and "no unlabelled slices left: all 2 training patients" in str(cause)
 
 
 def test_finetune_starts_from_the_pretrained_encoder(demo_root):

@@ -64,5 +64,10 @@ def test_bundle_infer_task_runs_on_nifti(tmp_path, monkeypatch):
     label_file, _ = task({"image": str(image), "device": "cpu"})
     out = nib.load(label_file)
     assert out.shape == volume.shape
-    assert np.all(np.asarray(out.dataobj) == 2)
+    # class 2 inside the central field of view the bundle keeps (fov_scale 0.8: rows 7..62, columns 6..53),
+    # background where the crop was padded back by Invertd
+    seg = np.asarray(out.dataobj)
+    inside = np.zeros(volume.shape, bool)
+    inside[7:63, 6:54] = True
+    assert np.all(seg[inside] == 2) and np.all(seg[~inside] == 0)
     np.testing.assert_allclose(out.affine, affine, atol=1e-5)  # the label lies on the image

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gcl_monai.data import labeled_subset, load_split, save_split, split_patients
+from gcl_monai.data import labeled_subset, load_split, save_split, split_patients, unlabeled_subset
 from gcl_monai.data.acdc import ACDC_GROUPS
 
 
@@ -113,3 +113,10 @@ def test_save_load_split(tmp_path: Path):
         load_split(tmp_path / "bad.json")
     with pytest.raises(FileNotFoundError, match="missing.json"):
         load_split(tmp_path / "missing.json")
+
+
+def test_unlabeled_subset_and_no_unlabelled_patient_left():
+    pool = [{"patient": p, "image": f"{p}_{f}"} for p in ("a", "b", "c") for f in (1, 2)]
+    assert [d["image"] for d in unlabeled_subset(pool, pool[:2])] == ["b_1", "b_2", "c_1", "c_2"]
+    with pytest.raises(ValueError, match="no unlabelled slices left: all 3 training patients are labelled"):
+        unlabeled_subset(pool, pool)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from monai.bundle import ConfigParser
 from monai.data import DataLoader, Dataset, MetaTensor, NibabelReader, list_data_collate
-from monai.transforms import EnsureChannelFirstd, LoadImaged
+from monai.transforms import EnsureChannelFirstd, Invertd, LoadImaged
 from monai.utils import set_determinism
 
 from gcl_monai.transforms import (
@@ -23,6 +23,7 @@ from gcl_monai.transforms import (
     pretrain_transforms,
     slice_quantiles,
     split_h5_path,
+    volume_eval_transforms,
     volume_transforms,
 )
 
@@ -300,6 +301,30 @@ def test_volume_transforms_channel_label_map_and_zscore(tmp_path):
         volume_transforms(image_size=16, meta_keys="patient_id")({**item, "channel": 2})
     with pytest.raises(IndexError, match=r"channel 2 out of range: .*msd\.nii\.gz has 2 channels"):
         SelectChanneld()({"image": LoadImaged(keys="image", ensure_channel_first=True)(item)["image"], "channel": 2})
+
+
+def test_fov_scale_keeps_the_centre_and_inverts_to_the_input_grid(tmp_path):
+    # 40 x 20 in-plane, 3 slices: a 10 x 6 block in the centre (label 1), a marker in a corner (label 2)
+    label_xyz = np.zeros((40, 20, 3), np.float32)
+    label_xyz[16:26, 6:12] = 1
+    label_xyz[0:2, 0:2] = 2
+    image = write_nifti(tmp_path / "img.nii.gz", label_xyz * 100)
+    label = write_nifti(tmp_path / "img_gt.nii.gz", label_xyz)
+    item = {"image": image, "label": label}
+    pipeline = volume_eval_transforms(image_size=(16, 8), fov_scale=0.8, intensity=None)
+    out = pipeline(item)
+    assert out["label"].shape == (1, 16, 8, 3)
+    # the central 32 x 16 is kept (the corner marker is cut) and resized by 0.5: the block becomes 5 x 3 pixels
+    assert set(out["label"].unique().tolist()) == {0.0, 1.0}
+    assert int((out["label"] == 1).sum()) == 5 * 3 * 3
+    inverted = Invertd(keys="label", transform=pipeline, orig_keys="label", nearest_interp=True)(dict(out))
+    assert inverted["label"].shape == (1, 40, 20, 3)
+    np.testing.assert_array_equal(np.asarray(inverted["label"][0]) == 1, label_xyz == 1)  # the block comes back
+    assert float(inverted["label"][0, :4, :2].sum()) == 0  # the cut corner is background
+    full = volume_eval_transforms(image_size=(16, 8), intensity=None)(item)
+    assert int((full["label"] == 1).sum()) < int((out["label"] == 1).sum())
+    with pytest.raises(ValueError, match="fov_scale"):
+        volume_transforms(fov_scale=0.0)
 
 
 def test_finetune_and_eval_transforms():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import logging
 import sys
 from pathlib import Path
@@ -78,11 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         workflow.run()
     except RepresentationCollapse as err:
         stopped = f"CollapseDetector stopped the run: {err}\n\n"
-    reference = None
-    if args.reference:
-        import json
-
-        reference = json.loads(Path(args.reference).read_text())
+    reference = json.loads(Path(args.reference).read_text()) if args.reference else None
     summary = summarise(recorder.rows, recorder.task_names, window_fraction=args.window, reference=reference)
     if stopped:
         summary.verdict = "collapsed (" + summary.verdict + ")"

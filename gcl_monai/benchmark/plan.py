@@ -97,13 +97,27 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
 
 
 def execution_order(pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> list[PretrainCell | FinetuneCell]:
-    """Fine-tuning from random initialisation first (it times a fine-tuning cell early), then each pre-training
-    followed by the fine-tuning cells that use it."""
-    order: list[PretrainCell | FinetuneCell] = [c for c in finetune if c.pretrain is None]
-    for cell in pretrain:
-        order.append(cell)
-        order.extend(c for c in finetune if c.pretrain is cell)
+    """
+    Paired groups first: the fine-tuning cells of one (L, draw, seed) for every method, group after group, each
+    pre-training placed just before the first cell that needs it. A run stopped at any point then holds complete
+    paired comparisons over its first draws, and random initialisation (first in the presets) times a
+    fine-tuning cell before any pre-training runs.
+    """
+    groups: dict[tuple[int, int, int], list[FinetuneCell]] = {}
+    for cell in finetune:
+        groups.setdefault((cell.num_labeled, cell.draw, cell.seed), []).append(cell)
+    order: list[PretrainCell | FinetuneCell] = []
+    scheduled: set[int] = set()
+    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2])):
+        for cell in groups[key]:
+            if cell.pretrain is not None and id(cell.pretrain) not in scheduled:
+                scheduled.add(id(cell.pretrain))
+                order.append(cell.pretrain)
+            order.append(cell)
+    # a pre-training whose fine-tuning cells are all left out still runs (e.g. for t-SNE)
+    order.extend(cell for cell in pretrain if id(cell) not in scheduled)
     return order
+
 
 def check_plan(experiment: Experiment) -> None:
     """Refuses to mix settings in one experiment folder (only methods, L, repeats and seeds may change)."""

@@ -136,7 +136,14 @@ def test_plan_is_paired_and_shares_pretraining(tmp_path):
     assert frozen.train_overrides["pretrained_path"] == str(gcl.folder / "encoder.pt")
     assert "pretrained_path" not in [c for c in finetune if c.method == "random"][0].train_overrides
     order = plan.execution_order(pretrain, finetune)
-    assert order[0].method == "random" and isinstance(order[8], PretrainCell)
+    assert len(order) == len(pretrain) + len(finetune)
+    labels = [c.label for c in order]
+    # L=1, draw 0 for every method, each pre-training just before its first use, then draw 1, ...
+    assert [c.method for c in order[:6]] == ["random", "simclr", "simclr", "gcl", "gcl", "gcl_frozen"]
+    assert [isinstance(c, PretrainCell) for c in order[:6]] == [False, True, False, True, False, False]
+    groups = [(c.num_labeled, c.draw, c.seed) for c in order if not isinstance(c, PretrainCell)]
+    assert groups == sorted(groups) and groups[:4] == [(1, 0, 0)] * 4 and groups[4] == (1, 1, 1)
+    assert len(set(labels)) == len(labels)
 
 
 def test_plan_out_of_distribution_and_external_test(tmp_path):

@@ -88,6 +88,21 @@ def test_bundles_share_everything_but_dataset_values(bundle, config):
         assert demo.get(key) == other.get(key), f"{bundle}/{config}: '{key}' differs from gcl_demo"
 
 
+@pytest.mark.parametrize("bundle", BUNDLES)
+def test_pretraining_sees_the_field_of_view_of_fine_tuning(bundle):
+    """The encoder is pre-trained on the same in-plane crop that fine-tuning, evaluation and inference use."""
+    configs = REPO / "bundles" / bundle / "configs"
+    fov = {name: json.loads((configs / name).read_text())["fov_scale"] for name in
+           ("pretrain.json", "train.json", "evaluate.json", "inference.json")}
+    assert len(set(fov.values())) == 1, fov
+    pretrain = json.loads((configs / "pretrain.json").read_text())
+    assert pretrain["train"]["volume_transforms"]["fov_scale"] == "@fov_scale"
+    parser = ConfigWorkflow(config_file=str(configs / "pretrain.json"), workflow_type=None, fov_scale=0.5).parser
+    transform = parser.get_parsed_content("train#volume_transforms", instantiate=True)
+    crops = [t for t in transform.transforms if type(t).__name__ == "CenterScaleCropd"]
+    assert len(crops) == 1 and list(crops[0].cropper.roi_scale)[:2] == [0.5, 0.5]
+
+
 @pytest.fixture(scope="module")
 def demo_root(tmp_path_factory):
     """Pre-train (GCL), fine-tune (L=1) and evaluate once on a tiny phantom."""

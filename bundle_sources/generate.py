@@ -8,7 +8,9 @@ and the ``monai.bundle`` tools work on it unchanged, also after it is copied els
     python bundle_sources/generate.py          # rewrite bundles/<bundle>/configs/<config> from the sources
     python bundle_sources/generate.py --check  # exit 1 and name the configs that differ from their sources
 
-Only the configs that have a source are generated (see ``docs/architecture.md``, "One source for the bundles").
+Every config of ``common`` is generated for every bundle folder of ``bundle_sources`` (a bundle without its own file
+for a config takes the common one as it is); ``logging.conf`` is copied; ``metadata.json`` and
+``gcl_demo``'s ``demo.json`` are written in the bundles directly (see ``docs/architecture.md``, "One source for the bundles").
 """
 
 from __future__ import annotations
@@ -24,13 +26,35 @@ SOURCES = Path(__file__).resolve().parent
 BUNDLES = SOURCES.parent / "bundles"
 
 
-def generated_configs(bundles: Path = BUNDLES) -> dict[Path, dict]:
-    """Every generated config: its path under ``bundles`` and its content."""
-    out = {}
+def _ordered(merged: dict, common: dict) -> dict:
+    """
+    ``merged`` with the common config's key order; a key only the bundle has goes just before the first key whose
+    value refers to it (``@key``), else at the end, so that a reader meets it where it is first used.
+    """
+    extra = [k for k in merged if k not in common]
+    out: dict = {}
+    for key in common:
+        for name in [k for k in extra if k not in out and f"@{k}" in json.dumps(merged[key])]:
+            out[name] = merged[name]
+        out[key] = merged[key]
+    out.update((k, merged[k]) for k in extra if k not in out)
+    return out
+
+
+def generated_configs(bundles: Path = BUNDLES) -> dict[Path, dict | str]:
+    """Every generated config: its path under ``bundles`` and its content (each common config for every bundle;
+    a JSON config as a dict, ``logging.conf`` as text)."""
+    out: dict[Path, dict | str] = {}
     for bundle in sorted(p for p in SOURCES.iterdir() if p.is_dir() and p.name != "common"):
-        for values in sorted(bundle.glob("*.json")):
-            merged = ConfigParser.load_config_files([str(SOURCES / "common" / values.name), str(values)])
-            out[bundles / bundle.name / "configs" / values.name] = merged
+        for common in sorted((SOURCES / "common").glob("*.conf")):
+            out[bundles / bundle.name / "configs" / common.name] = common.read_text()  # logging.conf: copied
+        for common in sorted((SOURCES / "common").glob("*.json")):
+            values, content = bundle / common.name, json.loads(common.read_text())
+            if values.is_file():
+                # the multi-GPU configs are overrides of pretrain/train.json with keys such as "train#sampler":
+                # they have no dataset values and are copied as they are
+                content = _ordered(ConfigParser.load_config_files([str(common), str(values)]), content)
+            out[bundles / bundle.name / "configs" / common.name] = content
     return out
 
 
@@ -41,11 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stale = []
     for path, content in generated_configs(args.bundles).items():
+        text = content if isinstance(content, str) else None
         if args.check:
-            if not path.is_file() or json.loads(path.read_text()) != content:
+            current = path.read_text() if path.is_file() else None
+            if current is None or (current != text if text is not None else json.loads(current) != content):
                 stale.append(path)
         else:
-            path.write_text(json.dumps(content, indent=4) + "\n")
+            path.write_text(text if text is not None else json.dumps(content, indent=4) + "\n")
     for path in stale:
         print(f"{path} differs from its source in {SOURCES}; run python {Path(__file__).name}.", file=sys.stderr)
     return 1 if stale else 0

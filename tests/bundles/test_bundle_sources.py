@@ -1,5 +1,5 @@
-"""The bundles' configs that have a source in ``bundle_sources/`` are exactly what the source generates: the
-workflow written once (``common/``) merged with each bundle's dataset values by MONAI's multi-file merge."""
+"""The bundles' workflow configs are exactly what ``bundle_sources/`` generates: the workflow written once
+(``common/``) merged with each bundle's dataset values by MONAI's multi-file merge."""
 
 import json
 import shutil
@@ -7,8 +7,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
-GENERATE = REPO / "bundle_sources" / "generate.py"
+SOURCES = REPO / "bundle_sources"
+GENERATE = SOURCES / "generate.py"
+BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs"]
+WORKFLOWS = ["pretrain.json", "train.json", "evaluate.json", "inference.json", "multi_gpu_pretrain.json",
+             "multi_gpu_train.json"]
+# the only keys a bundle may set: what differs between datasets
+DATASET_KEYS = {
+    "bundle_root", "dataset", "dataset_dir", "num_patients", "data_seed", "num_pretrain", "num_val", "num_test",
+    "meta_labels", "volume_meta_keys", "image_size", "fov_scale", "features", "num_classes", "class_names", "label_map",
+    "stratify_key",
+}
 
 
 def test_generated_configs_are_in_sync():
@@ -16,26 +28,43 @@ def test_generated_configs_are_in_sync():
     assert result.returncode == 0, result.stderr
 
 
-def test_check_names_a_config_edited_by_hand(tmp_path):
+@pytest.mark.parametrize("bundle", BUNDLES)
+def test_every_workflow_has_one_source(bundle):
+    generated = sorted(WORKFLOWS + ["logging.conf"])
+    assert sorted(p.name for p in (SOURCES / "common").iterdir()) == generated
+    hand_written = {p.name for p in (REPO / "bundles" / bundle / "configs").iterdir()} - set(generated)
+    assert hand_written <= {"metadata.json", "demo.json"}, hand_written
+
+
+@pytest.mark.parametrize("config", ["inference.json", "train.json"])
+def test_check_names_a_config_edited_by_hand(config, tmp_path):
     bundles = tmp_path / "bundles"
     shutil.copytree(REPO / "bundles", bundles)
-    target = bundles / "gcl_prostate" / "configs" / "inference.json"
-    config = json.loads(target.read_text())
-    config["num_classes"] = 5
-    target.write_text(json.dumps(config, indent=4))
+    target = bundles / "gcl_prostate" / "configs" / config
+    content = json.loads(target.read_text())
+    content["num_classes"] = 5
+    target.write_text(json.dumps(content, indent=4))
     check = [sys.executable, str(GENERATE), "--check", "--bundles", str(bundles)]
     result = subprocess.run(check, capture_output=True, text=True)
-    assert result.returncode == 1 and "gcl_prostate/configs/inference.json differs" in result.stderr
+    assert result.returncode == 1 and f"gcl_prostate/configs/{config} differs" in result.stderr
     subprocess.run([sys.executable, str(GENERATE), "--bundles", str(bundles)], check=True)  # regenerate
     assert subprocess.run(check).returncode == 0
     assert json.loads(target.read_text())["num_classes"] == 3
 
 
-def test_dataset_values_override_the_common_workflow():
-    common = json.loads((REPO / "bundle_sources" / "common" / "inference.json").read_text())
-    for values in sorted((REPO / "bundle_sources").glob("gcl_*/inference.json")):
-        config = json.loads((REPO / "bundles" / values.parent.name / "configs" / "inference.json").read_text())
-        own = json.loads(values.read_text())
-        assert set(own) <= set(common)  # a bundle only sets values; the workflow keys come from common/
-        assert {k: config[k] for k in own} == own
-        assert {k: v for k, v in config.items() if k not in own} == {k: v for k, v in common.items() if k not in own}
+@pytest.mark.parametrize("config", WORKFLOWS)
+def test_bundles_set_only_dataset_values(config):
+    common = json.loads((SOURCES / "common" / config).read_text())
+    for bundle in BUNDLES:
+        values = SOURCES / bundle / config
+        own = json.loads(values.read_text()) if values.is_file() else {}
+        assert set(own) <= DATASET_KEYS, f"{values}: {sorted(set(own) - DATASET_KEYS)} are workflow keys"
+        generated = json.loads((REPO / "bundles" / bundle / "configs" / config).read_text())
+        assert {k: generated[k] for k in own} == own
+        assert {k: v for k, v in generated.items() if k not in own} == {k: v for k, v in common.items() if k not in own}
+
+
+def test_a_key_only_one_bundle_has_sits_where_it_is_first_used():
+    """gcl_demo's phantom settings come just before ``dataset_dir``, which generates the phantom from them."""
+    keys = list(json.loads((REPO / "bundles" / "gcl_demo" / "configs" / "pretrain.json").read_text()))
+    assert keys.index("num_patients") < keys.index("data_seed") < keys.index("dataset_dir") == keys.index("data_seed") + 1

@@ -19,7 +19,7 @@ ALLOWED = {
     "transforms": set(),
     "engines": {"losses", "gradients", "networks"},
     "handlers": {"engines", "losses", "gradients", "networks"},
-    "benchmark": {"data", "transforms", "engines", "handlers", "losses", "gradients", "networks"},
+    "benchmark": {"data", "transforms", "engines", "handlers", "losses", "gradients", "networks", "diagnose"},
     "diagnose": {"data", "transforms", "engines", "handlers", "losses", "gradients", "networks"},
     "": {"losses", "gradients", "networks"},  # gcl_monai/__init__.py: the public API
 }

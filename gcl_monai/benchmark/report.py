@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from gcl_monai.diagnose import summarise
 from gcl_monai.losses import chance_level
 
 __all__ = [
@@ -315,51 +316,45 @@ def plot_pretrain_curves(curves: Mapping[str, dict], plan: Mapping[str, Any], pa
     return path
 
 
-def _first_last(values: np.ndarray, window: int) -> tuple[float, float]:
-    """Means of the first and the last ``window`` values."""
-    return float(values[:window].mean()), float(values[-window:].mean())
+def _rows(scalars: Mapping[str, tuple[np.ndarray, np.ndarray]], batch_size: int) -> list[dict[str, float]]:
+    """TensorBoard scalars (tag -> (steps, values)) as one dict per logged iteration, for the diagnosis summary."""
+    by_step: dict[int, dict[str, float]] = {}
+    for tag, (steps, values) in scalars.items():
+        for step, value in zip(steps, values):
+            by_step.setdefault(int(step), {"iteration": int(step), "batch_size": batch_size})[tag] = float(value)
+    return [by_step[step] for step in sorted(by_step)]
 
 
-def _verdict(at_chance: Sequence[str], num_losses: int) -> str:
-    if not at_chance:
-        return "learning"
-    if len(at_chance) == num_losses:
-        return "**image branch at chance**"
-    return f"**at chance: {', '.join(at_chance)}**"
-
-
-def pretraining_summary(curves: Mapping[str, dict], plan: Mapping[str, Any], stall_tol: float = 0.02) -> list[str]:
+def pretraining_summary(curves: Mapping[str, dict], plan: Mapping[str, Any]) -> list[str]:
     """
-    Markdown section saying, for each pre-training of the experiment, whether its objectives learned: each
-    image-wise loss (Eq. 1) and pixel-wise loss (Eq. 5) averaged over the first and the last window of iterations
-    (a tenth of the run, at most 50), the chance level :math:`\\ln(2B - 1)` of the image-wise losses (every embedding
-    of the batch identical) and ``std/img``. The image-wise losses that end within ``stall_tol`` of
-    :math:`\\ln(2B - 1)` are named as **at chance** (**image branch at chance** when all of them are): their meta
-    labels did not separate the images. This is reported, not acted on: the encoder is still fine-tuned (its other
-    losses, e.g. the pixel-wise ones, may have learned) and the Dice shows the consequence.
+    Markdown section saying, for each pre-training of the experiment, whether its objectives learned: the
+    verdict and the first/last-window means of :py:func:`gcl_monai.diagnose.summarise` (the same judgement as
+    ``python -m gcl_monai.diagnose``) on its TensorBoard scalars: each image-wise loss (Eq. 1) against the chance
+    level :math:`\ln(2B - 1)` (every embedding of the batch identical), each pixel-wise loss (Eq. 5) and
+    ``std/img``. This is reported, not acted on: the encoder is still fine-tuned (its other losses, e.g. the
+    pixel-wise ones, may have learned) and the Dice shows the consequence.
 
     Args:
         curves: the pre-trainings' scalars by method, :py:func:`read_pretrain_scalars`.
         plan: the experiment's ``plan.json``.
-        stall_tol: distance to :math:`\\ln(2B - 1)` below which an image-wise loss counts as at chance.
     """
     body = []
     for method, scalars in curves.items():
         batch = plan["pretrain"][method]["overrides"].get("batch_size")
-        chance = chance_level(batch) if batch else math.nan
-        window = max(1, min(50, len(scalars["loss"][1]) // 10))
-        img = {t[len("img/"):]: _first_last(v, window) for t, (_, v) in scalars.items() if t.startswith("img/")}
-        pix = {t[len("pix/"):]: _first_last(v, window) for t, (_, v) in scalars.items() if t.startswith("pix/")}
-        at_chance = [name for name, (_, last) in img.items() if abs(last - chance) < stall_tol]
-        std = _first_last(scalars["std/img"][1], window) if "std/img" in scalars else (math.nan, math.nan)
+        names = [t[len("img/"):] for t in scalars if t.startswith("img/")]
+        if not batch or not names:
+            continue
+        summary = summarise(_rows(scalars, batch), names)
+        labels = summary.labels
+        pix = [f"{k}: {s['pix_first']:.3f} → {s['pix_last']:.3f}" for k, s in labels.items() if not math.isnan(s["pix_first"])]
         body.append([
             method,
-            str(len(scalars["loss"][1])),
-            "<br>".join(f"{k}: {a:.3f} → {b:.3f}" for k, (a, b) in img.items()),
-            f"{chance:.3f}",
-            "<br>".join(f"{k}: {a:.3f} → {b:.3f}" for k, (a, b) in pix.items()) or "–",
-            f"{std[0]:.3f} → {std[1]:.3f}",
-            _verdict(at_chance, len(img)),
+            str(summary.iterations),
+            "<br>".join(f"{k}: {s['img_first']:.3f} → {s['img_last']:.3f}" for k, s in labels.items()),
+            f"{summary.chance:.3f}",
+            "<br>".join(pix) or "–",
+            f"{summary.std_img[0]:.3f} → {summary.std_img[1]:.3f}",
+            summary.verdict if summary.verdict == "training" else f"**{summary.verdict}**",
         ])
     if not body:
         return []
@@ -368,10 +363,10 @@ def pretraining_summary(curves: Mapping[str, dict], plan: Mapping[str, Any], sta
         "## What each pre-training learned",
         "",
         (
-            "Losses averaged over the first → last window of iterations (a tenth of the run, at most 50). An "
-            f"image-wise loss within {stall_tol} of ln(2B − 1) did not separate the images of a batch; `std/img` is "
-            "the spread of the normalised image-wise representations (about 0.088 for 128-D unit vectors spread "
-            "evenly, 0 when collapsed)."
+            "Losses averaged over the first → last tenth of the iterations; verdict as in `python -m "
+            "gcl_monai.diagnose` (docs/recipe.md): an image-wise loss that ends within 0.02 of ln(2B − 1) is stalled "
+            "at chance (it did not separate the images of a batch); `std/img` is the spread of the normalised "
+            "image-wise representations (about 0.088 for 128-D unit vectors spread evenly, below 0.001 collapsed)."
         ),
         "",
         *_table(

@@ -289,9 +289,9 @@ def test_pretraining_summary_marks_an_image_branch_at_chance(tmp_path):
     rows = {line.split("|")[1].strip(): line for line in pretraining_summary(curves, plan) if line.startswith("| ")}
     # windows of 10 iterations: SimCLR's loss goes from chance - 0.045 to chance - 0.945
     assert f"simclr: {chance - 0.045:.3f} → {chance - 0.945:.3f}" in rows["simclr"]
-    assert rows["simclr"].endswith("| learning |")
-    assert rows["gcl"].endswith("| **image branch at chance** |")
-    assert rows["multi_meta"].endswith("| **at chance: slice_quantile** |")
+    assert rows["simclr"].endswith("| training |")
+    assert rows["gcl"].endswith("| **stalled at chance: patient_id, slice_quantile** |")
+    assert rows["multi_meta"].endswith("| **stalled at chance: slice_quantile** |")
     assert "patient_id: 0.500 → 0.500" in rows["gcl"]
     assert pretraining_summary({}, plan) == []
 

@@ -14,7 +14,7 @@ from typing import Any
 from gcl_monai.benchmark.bundles import bundle_config
 from gcl_monai.benchmark.cells import pretrain_done
 from gcl_monai.benchmark.experiment import EXTERNAL_TEST, INTERNAL_TEST, Experiment, FinetuneCell, PretrainCell
-from gcl_monai.benchmark.presets import METHODS, UnsupportedMethod, preset_cuts
+from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS, UnsupportedMethod, preset_cuts
 
 __all__ = ["check_plan", "describe", "describe_header", "execution_order", "plan_cells", "write_plan"]
 
@@ -25,6 +25,7 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
     """
     The cells of an experiment: one pre-training per method that has one (shared by the methods fine-tuning its
     encoder), and one fine-tuning cell per (method, L, draw, seed); repeat r = draw * seeds_per_draw + k uses seed r.
+    A fully supervised method has one cell per repeat at L = ``ALL_LABELLED`` (every training patient labelled).
     Draws and seeds are the same for every method, so the comparisons are paired. Methods that need a meta label
     the pre-training dataset lacks are left out with a warning (the paper's "/" cells).
     """
@@ -52,20 +53,21 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
     for name in methods:
         method = METHODS[name]
         owner = method.pretrain_method
-        for num_labeled in preset.num_labeled:
+        for num_labeled in (ALL_LABELLED,) if method.fully_supervised else preset.num_labeled:
+            shown = "all" if num_labeled == ALL_LABELLED else num_labeled
             for draw in range(preset.repeats):
                 for k in range(preset.seeds_per_draw):
                     # one seed per repeat: repeats differ even when the pool allows a single labelled subset
                     seed = repeat = draw * preset.seeds_per_draw + k
-                    folder = experiment.folder / "finetune" / f"{name}_L{num_labeled}_d{draw}_s{seed}"
+                    folder = experiment.folder / "finetune" / f"{name}_L{shown}_d{draw}_s{seed}"
                     train = {
                         **experiment.overrides(experiment.data),
                         **finetune,
+                        **method.finetune_overrides(),
                         "init": owner or "random",
                         "num_labeled": num_labeled,
                         "draw": draw,
                         "seed": seed,
-                        "freeze_encoder": method.freeze_encoder,
                         "output_dir": str(folder),
                         "ckpt_dir": str(folder / "models"),
                     }
@@ -108,7 +110,8 @@ def execution_order(pretrain: list[PretrainCell], finetune: list[FinetuneCell]) 
         groups.setdefault((cell.num_labeled, cell.draw, cell.seed), []).append(cell)
     order: list[PretrainCell | FinetuneCell] = []
     scheduled: set[int] = set()
-    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2])):
+    # the fully supervised cells (L = ALL_LABELLED) after every labelled draw
+    for key in sorted(groups, key=lambda k: (k[0] == ALL_LABELLED, k)):
         for cell in groups[key]:
             if cell.pretrain is not None and id(cell.pretrain) not in scheduled:
                 scheduled.add(id(cell.pretrain))

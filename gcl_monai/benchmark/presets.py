@@ -9,9 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "ALL_LABELLED",
     "ALL_METHODS",
     "METHODS",
     "PRESETS",
+    "PRETRAINING_METHODS",
+    "SEMI_SUPERVISED_METHODS",
     "Method",
     "Preset",
     "UnsupportedMethod",
@@ -45,6 +48,10 @@ class Method:
         freeze_encoder: fine-tune the decoder only.
         recipe: the pre-training recipe of the bundles (``"gcl"``: the project's default, ``"paper"``: Eq. 1
             and Algorithm 1 as written, see docs/recipe.md); the Table 4 ablations remove components from it.
+        semi_supervised: the semi-supervised fine-tuning of Table 3 (``train.json``'s ``semi_supervised``:
+            ``"vat"``, ``"mean_teacher"`` or ``"mixup"``), combined with any initialisation.
+        fully_supervised: fine-tune with every training patient labelled (Table 3's last row): one cell per repeat
+            at L = :data:`ALL_LABELLED` instead of one per L.
     """
 
     name: str
@@ -56,6 +63,8 @@ class Method:
     encoder_of: str | None = None
     freeze_encoder: bool = False
     recipe: str = "gcl"
+    semi_supervised: str | None = None
+    fully_supervised: bool = False
 
     @property
     def pretrain_method(self) -> str | None:
@@ -91,6 +100,19 @@ class Method:
         }
 
 
+    def finetune_overrides(self) -> dict[str, Any]:
+        """Overrides of ``train.json`` for this method (the initialisation is set per cell)."""
+        out: dict[str, Any] = {"freeze_encoder": self.freeze_encoder}
+        if self.semi_supervised is not None:
+            out["semi_supervised"] = self.semi_supervised
+        if self.fully_supervised:
+            out["labeled"] = "$@split['pretrain'] + @split['train']"
+        return out
+
+
+#: ``num_labeled`` of a fully supervised cell: every training patient labelled (shown as "all" in the tables).
+ALL_LABELLED = 0
+
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
@@ -109,8 +131,20 @@ METHODS: dict[str, Method] = {
             "gcl_paper", "GCL (paper-literal recipe)", ALL, pixel_branch=True, grad_filter=True, mitigate=True,
             recipe="paper",
         ),
+        # Table 3: semi-supervised fine-tuning, alone and on the GCL encoder, and full supervision
+        Method("vat", "Adv. Training", None, semi_supervised="vat"),
+        Method("mean_teacher", "Mean Teacher", None, semi_supervised="mean_teacher"),
+        Method("mixup", "Mixup", None, semi_supervised="mixup"),
+        Method("gcl_mixup", "Ours + Mixup", None, encoder_of="gcl", semi_supervised="mixup"),
+        Method("gcl_mean_teacher", "Ours + M.T.", None, encoder_of="gcl", semi_supervised="mean_teacher"),
+        Method("fully_supervised", "Fully Superv.", None, fully_supervised=True),
     )
 }
+#: the rows of Tables 1 and 4 (pre-training methods and ablations) and of Table 3 (semi-supervised fine-tuning)
+PRETRAINING_METHODS = tuple(m for m, method in METHODS.items() if method.semi_supervised is None
+                            and not method.fully_supervised)
+SEMI_SUPERVISED_METHODS = ("random", "vat", "mean_teacher", "mixup", "gcl", "gcl_mixup", "gcl_mean_teacher",
+                           "fully_supervised")
 ALL_METHODS = tuple(METHODS)
 
 
@@ -170,7 +204,7 @@ def finetune_iteration_overrides(iterations: int, iterations_per_epoch: int | No
 
 PAPER = Preset(
     name="paper",
-    methods=ALL_METHODS,
+    methods=PRETRAINING_METHODS,
     num_labeled=(1, 2, 8),
     repeats=5,
     common={"features": [32, 64, 128, 256, 512, 32]},
@@ -204,9 +238,12 @@ CPU_MINI = Preset(
     finetune={"batch_size": 8, "lr": 1e-3, "epochs": 5, "iterations_per_epoch": 50, "val_interval": 1},
 )
 
-CPU_ABLATION = CPU_MINI.replace(name="cpu-ablation", methods=ALL_METHODS)
+CPU_ABLATION = CPU_MINI.replace(name="cpu-ablation", methods=PRETRAINING_METHODS)
+#: Table 3: the semi-supervised methods, GCL combined with them and the fully supervised row
+CPU_SEMI = CPU_MINI.replace(name="cpu-semi", methods=SEMI_SUPERVISED_METHODS)
+PAPER_SEMI = PAPER.replace(name="paper-semi", methods=SEMI_SUPERVISED_METHODS)
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (CPU_MINI, CPU_ABLATION, PAPER)}
+PRESETS: dict[str, Preset] = {p.name: p for p in (CPU_MINI, CPU_ABLATION, CPU_SEMI, PAPER, PAPER_SEMI)}
 
 
 def get_preset(name: str) -> Preset:

@@ -1,6 +1,6 @@
 """
-Benchmark report: ``results.csv`` -> the paper's table (mean ± std of Dice over the repeats), paired differences
-to ``random`` and ``simclr`` with 95% t-intervals, per-class Dice, a summary of what each pre-training learned, and
+Benchmark report: ``results.csv`` -> the paper's table (mean ± std of Dice over the repeats), the same next to the
+paper's numbers, paired differences to ``random`` and ``simclr`` with 95% t-intervals, per-class Dice, a summary of what each pre-training learned, and
 the plots ``dice_vs_L.png`` and ``pretrain_curves.png``.
 """
 
@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from gcl_monai.benchmark.paper_results import FULLY_SUPERVISED_L, PAPER_DICE, paper_dice
+from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS
 from gcl_monai.diagnose import summarise
 from gcl_monai.losses import chance_level
 
@@ -125,6 +127,27 @@ def _mean_std_cell(rows: Sequence[Mapping[str, Any]], planned: int, key: str = "
     return text + (f" ({', '.join(notes)})" if notes else "")
 
 
+def _columns(plan: Mapping[str, Any]) -> list[int]:
+    """The values of L of the tables: the preset's, then ``ALL_LABELLED`` when a method is fully supervised."""
+    ls = list(plan["preset"]["num_labeled"])
+    if any(METHODS[m].fully_supervised for m in plan["methods"] if m in METHODS):
+        ls.append(ALL_LABELLED)
+    return ls
+
+
+def _l_name(num_labeled: int) -> str:
+    return "L=all" if num_labeled == ALL_LABELLED else f"L={num_labeled}"
+
+
+def _paper_cell(dataset: str, method: str, num_labeled: int) -> str:
+    key = "all" if num_labeled == ALL_LABELLED else num_labeled
+    value = paper_dice(dataset, method, key)
+    if value is None:
+        return "–"
+    text = f"{value[0]:.3f} ± {value[1]:.3f}"
+    return text + (f" (L={FULLY_SUPERVISED_L[dataset]})" if key == "all" else "")
+
+
 def _table(header: Sequence[str], body: Iterable[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines.extend("| " + " | ".join(row) + " |" for row in body)
@@ -145,7 +168,7 @@ def markdown_report(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) 
         plan: the experiment's ``plan.json``.
     """
     preset = plan["preset"]
-    methods, labels, ls = plan["methods"], plan["labels"], preset["num_labeled"]
+    methods, labels, ls = plan["methods"], plan["labels"], _columns(plan)
     planned = preset["repeats"] * preset["seeds_per_draw"]
     source = "" if plan["pretrain_data"] == plan["data"] else f" (pre-trained on {plan['pretrain_data']})"
     protocol = (
@@ -165,9 +188,26 @@ def markdown_report(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) 
             "",
         ]
         lines += _table(
-            ["Method", *[f"L={n}" for n in ls]],
+            ["Method", *[_l_name(n) for n in ls]],
             ([labels[m], *[_mean_std_cell(_select(rows, m, n, test_set), planned) for n in ls]] for m in methods),
         )
+        if plan["pretrain_data"] == plan["data"] and plan["data"] in PAPER_DICE:
+            lines += [
+                "",
+                f"### Next to the paper (`{test_set}`)",
+                "",
+                "This experiment's mean ± std, then the paper's (Tables 1, 3 and 4 of the GCL paper: 5 runs, its own "
+                "protocol and budget; see the cuts above). The paper reports L = 1, 2, 8 and a fully supervised row.",
+                "",
+            ]
+            lines += _table(
+                ["Method", *[f"{_l_name(n)} {who}" for n in ls for who in ("here", "paper")]],
+                (
+                    [labels[m], *[c for n in ls for c in (_mean_std_cell(_select(rows, m, n, test_set), planned),
+                                                          _paper_cell(plan["data"], m, n))]]
+                    for m in methods
+                ),
+            )
         for baseline in (b for b in BASELINES if b in methods):
             lines += [
                 "",
@@ -178,7 +218,7 @@ def markdown_report(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) 
                 "",
             ]
             lines += _table(
-                ["Method", *[f"L={n}" for n in ls]],
+                ["Method", *[_l_name(n) for n in ls]],
                 (
                     [labels[m], *[str(paired_difference(*paired_values(rows, m, baseline, n, test_set))) for n in ls]]
                     for m in methods
@@ -189,7 +229,7 @@ def markdown_report(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) 
         if classes:
             lines += ["", f"### Dice per class (`{test_set}`), mean over the repeats", ""]
             lines += _table(
-                ["Method", *[f"L={n} {c}" for n in ls for c in classes]],
+                ["Method", *[f"{_l_name(n)} {c}" for n in ls for c in classes]],
                 (
                     [labels[m], *[_class_mean(_select(rows, m, n, test_set), c) for n in ls for c in classes]]
                     for m in methods
@@ -233,7 +273,7 @@ def plot_dice_vs_l(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], p
     """Dice vs L per method (mean ± std over the repeats, and every repeat as a faint dot), one panel per test set."""
     from matplotlib.figure import Figure
 
-    methods, labels, ls = plan["methods"], plan["labels"], plan["preset"]["num_labeled"]
+    methods, labels, ls = plan["methods"], plan["labels"], _columns(plan)
     test_sets = _test_sets(rows) or ["test"]
     colours = _colours(methods)
     fig = Figure(figsize=(5.5 * len(test_sets), 4.2), layout="constrained")
@@ -251,7 +291,7 @@ def plot_dice_vs_l(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], p
                     stds.append(np.std(values, ddof=1) if len(values) > 1 else 0.0)
             if xs:
                 ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, color=colours[method], label=labels[method])
-        ax.set_xticks(range(len(ls)), [f"L={n}" for n in ls])
+        ax.set_xticks(range(len(ls)), [_l_name(n) for n in ls])
         ax.set_ylabel("Dice")
         ax.set_title(f"{plan['data']}: {test_set} set")
         ax.grid(alpha=0.3)
@@ -330,7 +370,7 @@ def pretraining_summary(curves: Mapping[str, dict], plan: Mapping[str, Any]) -> 
     Markdown section saying, for each pre-training of the experiment, whether its objectives learned: the
     verdict and the first/last-window means of :py:func:`gcl_monai.diagnose.summarise` (the same judgement as
     ``python -m gcl_monai.diagnose``) on its TensorBoard scalars: each image-wise loss (Eq. 1) against the chance
-    level :math:`\ln(2B - 1)` (every embedding of the batch identical), each pixel-wise loss (Eq. 5) and
+    level :math:`\\ln(2B - 1)` (every embedding of the batch identical), each pixel-wise loss (Eq. 5) and
     ``std/img``. This is reported, not acted on: the encoder is still fine-tuned (its other losses, e.g. the
     pixel-wise ones, may have learned) and the Dice shows the consequence.
 

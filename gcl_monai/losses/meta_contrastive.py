@@ -18,7 +18,7 @@ LOSS_FORMS = ("out", "in")
 
 def chance_level(num_images: int) -> float:
     """
-    :math:`\ln(2N - 1)`: the value of the image-wise loss of a two-view batch of ``num_images`` images when all
+    :math:`\\ln(2N - 1)`: the value of the image-wise loss of a two-view batch of ``num_images`` images when all
     2N representations are identical (collapse), which is also its value at a uniform start, for every loss form
     and every meta label.
     """

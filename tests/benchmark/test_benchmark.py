@@ -12,8 +12,10 @@ import pytest
 
 from gcl_monai.benchmark import cells, plan, results
 from gcl_monai.benchmark.__main__ import main
+from gcl_monai.benchmark.paper_results import paper_dice
 from gcl_monai.benchmark.presets import (
-    ALL_METHODS,
+    ALL_LABELLED,
+    PRETRAINING_METHODS,
     METHODS,
     PRESETS,
     UnsupportedMethod,
@@ -86,7 +88,7 @@ def test_presets():
     assert mini.repeats == 4 and mini.seeds_per_draw == 1
     assert mini.common == {"image_size": [128, 128], "features": [16, 32, 64, 128, 256, 16]}
     assert mini.pretrain["optimizer_name"] == "adam"
-    assert ablation.methods == ALL_METHODS and ablation.pretrain == mini.pretrain
+    assert ablation.methods == PRETRAINING_METHODS and ablation.pretrain == mini.pretrain
     assert paper.num_labeled == (1, 2, 8) and paper.repeats == 5
     assert paper.pretrain == {
         "batch_size": 48, "optimizer_name": "sgd", "lr": 0.1, "epochs": 300, "temperature": 0.1, "topk_ratio": 0.3,
@@ -144,6 +146,59 @@ def test_plan_is_paired_and_shares_pretraining(tmp_path):
     groups = [(c.num_labeled, c.draw, c.seed) for c in order if not isinstance(c, PretrainCell)]
     assert groups == sorted(groups) and groups[:4] == [(1, 0, 0)] * 4 and groups[4] == (1, 1, 1)
     assert len(set(labels)) == len(labels)
+
+
+def test_table3_plan_semi_supervised_and_fully_supervised_cells(tmp_path):
+    preset = PRESETS["cpu-semi"].replace(repeats=2)
+    assert preset.methods == ("random", "vat", "mean_teacher", "mixup", "gcl", "gcl_mixup", "gcl_mean_teacher",
+                              "fully_supervised")
+    pretrain, finetune = plan_cells(Experiment("t3", "acdc", preset, data_root=Path("data"), results_dir=tmp_path))
+    assert [c.method for c in pretrain] == ["gcl"]  # GCL + Mixup and GCL + M.T. fine-tune the GCL encoder
+    by_method = {}
+    for cell in finetune:
+        by_method.setdefault(cell.method, []).append(cell)
+    assert {m: len(c) for m, c in by_method.items()} == {**{m: 2 * 2 for m in preset.methods[:-1]}, "fully_supervised": 2}
+    semi = {m: by_method[m][0].train_overrides.get("semi_supervised") for m in preset.methods}
+    assert semi == {"random": None, "vat": "vat", "mean_teacher": "mean_teacher", "mixup": "mixup", "gcl": None,
+                    "gcl_mixup": "mixup", "gcl_mean_teacher": "mean_teacher", "fully_supervised": None}
+    mixed = by_method["gcl_mixup"][0]
+    assert mixed.pretrain is pretrain[0] and mixed.train_overrides["init"] == "gcl"
+    full = by_method["fully_supervised"]
+    assert [(c.num_labeled, c.draw, c.seed) for c in full] == [(ALL_LABELLED, 0, 0), (ALL_LABELLED, 1, 1)]
+    assert full[0].folder.name == "fully_supervised_Lall_d0_s0"
+    assert full[0].train_overrides["labeled"] == "$@split['pretrain'] + @split['train']"
+    order = plan.execution_order(pretrain, finetune)
+    assert [c.method for c in order[-2:]] == ["fully_supervised"] * 2  # after every labelled draw
+    assert [m for m in PRESETS["paper"].methods if METHODS[m].semi_supervised or METHODS[m].fully_supervised] == []
+
+
+def test_fully_supervised_cell_labels_every_training_patient(tmp_path):
+    preset = PRESETS["cpu-semi"].replace(methods=("fully_supervised",), repeats=1)
+    experiment = Experiment("fs", "demo", preset, results_dir=tmp_path)
+    _, (cell,) = plan_cells(experiment)
+    split = cells.parse_bundle_item(cell.bundle, "train", "split", cell.train_overrides)
+    labelled = {d["patient_id"] for d in cells.labelled_subset(cell)}
+    assert labelled == {d["patient_id"] for d in split["pretrain"] + split["train"]} and len(labelled) > 2
+
+
+def test_report_shows_the_fully_supervised_column_and_the_paper_numbers(tmp_path):
+    rows = [_row("random", 1, d, 0.4 + d / 10) for d in range(3)] + [_row("random", 2, d, 0.6) for d in range(3)]
+    rows += [_row("mean_teacher", 1, d, 0.6) for d in range(3)]
+    rows += [_row("fully_supervised", ALL_LABELLED, d, 0.9) for d in range(3)]
+    with (tmp_path / "results.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (tmp_path / "plan.json").write_text(json.dumps(_plan(("random", "mean_teacher", "fully_supervised"))))
+    lines = write_report(tmp_path).read_text().splitlines()
+    assert "| Method | L=1 | L=2 | L=all |" in lines
+    assert "| Fully Superv. | – | – | 0.900 ± 0.000 |" in lines
+    assert "| Mean Teacher | +0.100 [-0.148, +0.348] (n=3) | – | – |" in lines  # paired with random at L=1
+    header = "| Method | L=1 here | L=1 paper | L=2 here | L=2 paper | L=all here | L=all paper |"
+    assert header in lines
+    assert "| Random Init. | 0.500 ± 0.100 | 0.598 ± 0.023 | 0.600 ± 0.000 | 0.682 ± 0.012 | – | – |" in lines
+    assert "| Fully Superv. | – | – | – | – | 0.900 ± 0.000 | 0.914 ± 0.003 (L=50) |" in lines
+    assert paper_dice("prostate", "meta_state", 1) is None and paper_dice("acdc", "gcl", 8) == (0.905, 0.007)
 
 
 def test_plan_out_of_distribution_and_external_test(tmp_path):

@@ -196,13 +196,15 @@ class GCLPretrainer(Trainer):
             if pix is not None:
                 output[f"pix/{name}"] = pix.detach()
                 loss = loss + pixel_weight * pix
-            if not torch.isfinite(loss):
-                raise RuntimeError(
-                    f"non-finite loss for meta label '{name}' at iteration {engine.state.iteration}: "
-                    f"{output}; lower the learning rate or check the inputs."
-                )
             task_losses.append(loss)
-        output[Keys.LOSS] = torch.stack(task_losses).sum().detach()
+        stacked = torch.stack(task_losses)
+        if not bool(torch.isfinite(stacked).all()):  # one host read per iteration, whatever the number of labels
+            bad = [n for n, finite in zip(engine.task_names, torch.isfinite(stacked).tolist()) if not finite]
+            raise RuntimeError(
+                f"non-finite loss for meta label(s) {bad} at iteration {engine.state.iteration}: "
+                f"{output}; lower the learning rate or check the inputs."
+            )
+        output[Keys.LOSS] = stacked.sum().detach()
         engine.fire_event(IterationEvents.LOSS_COMPLETED)
 
         params = [p for p in engine.network.parameters() if p.requires_grad]

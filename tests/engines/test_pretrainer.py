@@ -112,6 +112,19 @@ def test_single_task_sum_equals_plain_backward():
             torch.testing.assert_close(captured[n], p.grad)
 
 
+def test_non_finite_input_stops_with_the_meta_labels_named_and_no_update():
+    trainer, net, _ = build()
+    batch = next(iter(trainer.data_loader))
+    batch["image"][0, 0, 3, 3] = float("nan")  # one corrupt pixel poisons every loss of the batch
+    before = copy.deepcopy(net.state_dict())
+    trainer.state.device = torch.device("cpu")
+    trainer.state.iteration = 1
+    with pytest.raises(RuntimeError, match=r"non-finite loss for meta label\(s\) \['patient_id', 'slice_quantile', "
+                                           r"'organ_state'\] at iteration 1"):
+        trainer._iteration(trainer, batch)
+    assert all(torch.equal(before[k], v) for k, v in net.state_dict().items() if "running" not in k)
+
+
 def test_missing_combiner_and_missing_meta_label():
     net = GCLNet(features=FEATURES, proj_dim=8)
     loader = torch.utils.data.DataLoader(RandomViews(), batch_size=4)

@@ -31,9 +31,10 @@ class GCLPretrainer(Trainer):
     """
     Contrastive pre-training with multi-perspective meta labels (Wu et al., ACM MM 2023, Sec. 3.4).
 
-    Each iteration concatenates the two views of the batch (``view_keys``), runs the network once, and computes
-    for each meta label m the loss :math:`L^m = L^m_{img} + w_{pix} L^m_{pix}` (Eq. 1 and 5; a ``None`` meta
-    label means "no meta label", i.e. SimCLR's positives). It then computes the gradient of every :math:`L^m`
+    Each iteration concatenates the two views of the batch (``view_keys``, or those ``device_views`` makes on the
+    device from the batch's slices), runs the network once, and computes for each meta label m the loss
+    :math:`L^m = L^m_{img} + w_{pix} L^m_{pix}` (Eq. 1 and 5; a ``None`` meta label means "no meta label", i.e.
+    SimCLR's positives). It then computes the gradient of every :math:`L^m`
     with respect to the trainable parameters (one ``torch.autograd.grad`` per meta label over the shared forward
     graph), stores them in ``engine.state.task_grads`` and fires :py:attr:`GCLEvents.GRADIENTS_COMPUTED`, at
     which a combiner handler (GradMitigator, Algorithm 1, or the plain sum of Eq. 2) writes ``param.grad``;
@@ -50,7 +51,8 @@ class GCLPretrainer(Trainer):
     Args:
         device: device of the network.
         max_epochs: number of epochs.
-        train_data_loader: yields dicts with the two views (``view_keys``) and the meta labels as (B,) integers.
+        train_data_loader: yields dicts with the two views (``view_keys``; with ``device_views``, the slice under
+            ``view_keys[0]``) and the meta labels as (B,) integers.
         network: a :py:class:`gcl_monai.networks.GCLNet` (or a module with the same outputs).
         optimizer: optimizer of the network's parameters.
         meta_labels: one entry per meta label (a key of the batch), ``None`` for SimCLR's positives.
@@ -63,6 +65,10 @@ class GCLPretrainer(Trainer):
             encoder; 0 (the paper) applies the full weight from the first iteration.
         grad_filter: GradFilter used by the pixel loss (its ``keep_fraction`` is set by a pace handler).
         view_keys: keys of the two views in the batch.
+        device_views: None (default): the loader delivers the views. Otherwise a callable (e.g.
+            :py:class:`gcl_monai.transforms.BatchContrastiveViews`) that makes them on the device: the batch then
+            holds one un-augmented slice per item under ``view_keys[0]`` (``pretrain_transforms(views=False)``),
+            moved to ``device`` and passed to ``device_views``, which returns one ``(B, C, H, W)`` tensor per view.
         gather_negatives: under ``torch.distributed``, compute the image-wise loss on the batch of all ranks
             (:py:func:`gcl_monai.losses.distributed.gather_two_view_batch`): every rank's images are negatives
             (and, with a meta label, possible positives) of every other rank's, as in SimCLR's distributed
@@ -100,6 +106,7 @@ class GCLPretrainer(Trainer):
         pixel_warmup: int = 0,
         grad_filter: GradFilter | None = None,
         view_keys: Sequence[str] = ("image", "image_2"),
+        device_views: Callable[[torch.Tensor], Sequence[torch.Tensor]] | None = None,
         gather_negatives: bool = False,
         batched_backward: bool = False,
         epoch_length: int | None = None,
@@ -123,6 +130,7 @@ class GCLPretrainer(Trainer):
         self.pixel_warmup = pixel_warmup
         self.grad_filter = grad_filter
         self.view_keys = tuple(view_keys)
+        self.device_views = device_views
         self.gather_negatives = gather_negatives
         self.batched_backward = batched_backward
         super().__init__(
@@ -158,9 +166,15 @@ class GCLPretrainer(Trainer):
     def _iteration(self, engine: GCLPretrainer, batchdata: dict) -> dict:
         if batchdata is None:
             raise ValueError("Must provide batch data for current iteration.")
-        views = torch.cat([torch.as_tensor(batchdata[k]) for k in engine.view_keys]).to(
-            engine.state.device, non_blocking=engine.non_blocking, **engine.to_kwargs
-        )
+        if engine.device_views is None:
+            views = torch.cat([torch.as_tensor(batchdata[k]) for k in engine.view_keys]).to(
+                engine.state.device, non_blocking=engine.non_blocking, **engine.to_kwargs
+            )
+        else:  # one un-augmented slice per item: the views are drawn for the whole batch on the device
+            slices = torch.as_tensor(batchdata[engine.view_keys[0]]).to(
+                engine.state.device, non_blocking=engine.non_blocking, **engine.to_kwargs
+            )
+            views = torch.cat(tuple(engine.device_views(slices)))
         labels = engine._labels(batchdata)
         engine.network.train()
         engine.optimizer.zero_grad(set_to_none=True)

@@ -1,5 +1,6 @@
 """MONAI transforms of gcl-monai: HDF5 reading, volume -> 2D slices with meta labels, contrastive views, presets."""
 
+from gcl_monai.transforms.batch_views import BatchContrastiveViews
 from gcl_monai.transforms.h5_reader import H5Reader, split_h5_path
 from gcl_monai.transforms.inference_checks import FRAME_KEY, RepairNonFinited, SelectFramed
 from gcl_monai.transforms.presets import (
@@ -24,6 +25,7 @@ __all__ = [
     "SLICE_QUANTILE_KEY",
     "SLICE_INDEX_KEY",
     "ContrastiveViewsd",
+    "BatchContrastiveViews",
     "RandRelativeGaussianNoised",
     "SelectChanneld",
     "volume_transforms",

@@ -220,10 +220,16 @@ def pretrain_transforms(
     view_keys: Sequence[str] = ("image", "image_2"),
     track_meta: bool = False,
     seed: int | None = None,
+    views: bool = True,
     **view_kwargs: Any,
 ) -> Compose:
     """
     Random per-slice pipeline for contrastive pre-training: two views of ``"image"``.
+
+    With ``views=False`` the pipeline only converts the types and the slice passes un-augmented (it already has
+    ``image_size`` from :func:`volume_transforms`): the views are then drawn for the whole batch on the device by
+    :class:`gcl_monai.transforms.BatchContrastiveViews` (``device_views`` of
+    :py:class:`gcl_monai.engines.GCLPretrainer`, the bundles' ``views_on_device``).
 
     Args:
         image_size: in-plane size of the views.
@@ -231,11 +237,14 @@ def pretrain_transforms(
         track_meta: keep ``MetaTensor`` outputs; False (default) returns plain tensors, cheaper to collate.
         seed: seed of the random state; None draws it from NumPy's global generator, so that
             ``monai.utils.set_determinism`` before this call makes runs reproducible.
+        views: draw the views here (:class:`ContrastiveViewsd`); False leaves the slice un-augmented.
         view_kwargs: augmentation strengths passed to :class:`ContrastiveViewsd` (e.g. ``rotate_degrees``).
 
     Returns:
         the ``Compose``.
     """
+    if not views:
+        return Compose([EnsureTyped(keys=("image", "label"), track_meta=track_meta, allow_missing_keys=True)])
     size = ensure_tuple_rep(image_size, 2)
     compose = Compose(
         [

@@ -224,6 +224,18 @@ def test_killed_pretraining_resumes_bit_for_bit(tmp_path):
         assert torch.equal(a[k], b[k]), k
 
 
+def test_views_on_device_pretrains_through_the_bundle(tmp_path):
+    """views_on_device: the loader delivers un-augmented slices and the engine draws the two views on the device."""
+    wf = _run("pretrain.json", "pretrain", tmp_path, **TINY, views_on_device=True)
+    trainer = wf.parser.get_parsed_content("train#trainer")
+    assert type(trainer.device_views).__name__ == "BatchContrastiveViews"
+    assert trainer.device_views.spatial_size == tuple(TINY["image_size"])
+    batch = next(iter(wf.parser.get_parsed_content("train#dataloader")))
+    assert "image_2" not in batch and batch["image"].shape[1:] == (1, *TINY["image_size"])
+    assert trainer.state.iteration > 0 and torch.isfinite(trainer.state.output["loss"])
+    assert (tmp_path / "outputs" / "pretrain" / "gcl" / "encoder.pt").is_file()
+
+
 def test_missing_dataset_dir_fails_before_work(tmp_path):
     cfg = str(REPO / "bundles" / "gcl_acdc" / "configs" / "pretrain.json")
     wf = ConfigWorkflow(config_file=cfg, workflow_type=None, bundle_root=str(tmp_path), run_id="pretrain",

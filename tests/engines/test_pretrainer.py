@@ -24,6 +24,7 @@ from gcl_monai.handlers import (
 )
 from gcl_monai.losses import GradFilter, PixelContrastiveLoss
 from gcl_monai.networks import GCLNet
+from gcl_monai.transforms import BatchContrastiveViews
 
 FEATURES = (4, 4, 8, 8, 16, 4)
 
@@ -44,7 +45,13 @@ class RandomViews(torch.utils.data.Dataset):
         }
 
 
-def build(meta_labels=("patient_id", "slice_quantile", "organ_state"), combiner="mitigator", pixel=True, ckpt=None):
+def build(
+    meta_labels=("patient_id", "slice_quantile", "organ_state"),
+    combiner="mitigator",
+    pixel=True,
+    ckpt=None,
+    device_views=None,
+):
     torch.manual_seed(0)
     net = GCLNet(features=FEATURES, proj_dim=8)
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
@@ -61,6 +68,7 @@ def build(meta_labels=("patient_id", "slice_quantile", "organ_state"), combiner=
         meta_labels=list(meta_labels),
         pixel_loss=PixelContrastiveLoss(temperature=0.1, topk_ratio=0.3) if pixel else None,
         grad_filter=grad_filter,
+        device_views=device_views,
     )
     handlers = [mitigator, EpochSeedHandler(seed=7)]
     if pixel:
@@ -155,6 +163,41 @@ def test_resume_is_bit_for_bit(tmp_path):
     CheckpointLoader(str(ckpt), resumed_dict).attach(resumed)
     resumed.run()
     assert resumed.state.iteration == full.state.iteration == 6
+    for (k, a), b in zip(full_net.state_dict().items(), resumed_net.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
+def test_device_views_feed_the_network_and_resume_bit_for_bit(tmp_path):
+    """With ``device_views`` the network sees the views drawn on the device from the batch's un-augmented slices
+    (from torch's generator, which EpochSeedHandler seeds every epoch: resumption stays bit-for-bit)."""
+    views, calls = BatchContrastiveViews(spatial_size=32), []
+
+    def recorded(slices):
+        calls.append((slices, views(slices)))
+        return calls[-1][1]
+
+    trainer, net, _ = build(device_views=recorded)
+    batches, inputs = [], []
+    trainer.add_event_handler(Events.ITERATION_STARTED, lambda e: batches.append(e.state.batch["image"]))
+    net.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
+    trainer.run()
+    assert len(calls) == len(batches) == len(inputs) == 6
+    for (slices, out), batch, network_input in zip(calls, batches, inputs):
+        assert torch.equal(slices, batch) and len(out) == 2  # the un-augmented slices, then their two views
+        assert torch.equal(network_input, torch.cat(out)) and not torch.equal(out[0], slices)
+    assert torch.isfinite(trainer.state.output["loss"])
+
+    full, full_net, _ = build(device_views=BatchContrastiveViews(spatial_size=32))
+    full.run()
+    trainer, net, save_dict = build(device_views=BatchContrastiveViews(spatial_size=32))
+    AtomicCheckpointSaver(
+        str(tmp_path), save_dict, save_final=False, save_interval=1, epoch_level=True, n_saved=1
+    ).attach(trainer)
+    trainer.add_event_handler(Events.ITERATION_COMPLETED(once=5), lambda e: e.terminate())
+    trainer.run()
+    resumed, resumed_net, resumed_dict = build(device_views=BatchContrastiveViews(spatial_size=32))
+    CheckpointLoader(str(sorted(tmp_path.glob("*.pt"))[-1]), resumed_dict).attach(resumed)
+    resumed.run()
     for (k, a), b in zip(full_net.state_dict().items(), resumed_net.state_dict().values()):
         assert torch.equal(a, b), k
 

@@ -14,6 +14,8 @@ import pytest
 import torch
 from monai.bundle import ConfigWorkflow
 
+from gcl_monai.benchmark.report import read_scalars
+
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs"]
 DEMO = REPO / "bundles" / "gcl_demo" / "configs"
@@ -104,6 +106,10 @@ def test_pretrain_finetune_evaluate(demo_root):
     assert 0.0 <= summary["dice"] <= 1.0 and summary["num_volumes"] == 2  # one test patient, ED + ES
     assert set(summary["dice_per_class"]) == {"rv", "myocardium", "lv"}
     assert (demo_root / "models" / "model.pt").is_file()
+    # the validation Dice of every epoch is in TensorBoard beside the training loss
+    scalars = read_scalars(work / "finetune" / "gcl_L1_d0_s0" / "tensorboard")
+    assert {"train_loss", "val_mean_dice"} <= set(scalars)
+    assert len(scalars["val_mean_dice"][1]) == TINY_FT["epochs"] and 0 <= scalars["val_mean_dice"][1][0] <= 1
 
 
 @pytest.mark.parametrize(("semi_supervised", "init"), [("mean_teacher", "gcl"), ("mixup", "random"), ("vat", "gcl")])

@@ -152,16 +152,23 @@ class GCLNet(nn.Module):
         }
 
 
-def trainable_parameters(network: nn.Module, freeze_encoder: bool = False) -> list[nn.Parameter]:
+def trainable_parameters(
+    network: nn.Module, freeze_encoder: bool = False, encoder_lr: float | None = None
+) -> list[nn.Parameter] | list[dict]:
     """
     Parameters of a BasicUNet-style segmentation network to optimise. With ``freeze_encoder`` the encoder
     (``conv_0``, ``down_1`` .. ``down_4``) is frozen (``requires_grad=False``) and only the decoder is returned:
-    the paper's "Full model (frozen)" ablation.
+    the paper's "Full model (frozen)" ablation. With ``encoder_lr`` (and a trainable encoder), two optimiser
+    parameter groups: the encoder's with that learning rate, the decoder's with the optimiser's own (a pre-trained
+    encoder fine-tuned more gently than a decoder that starts from random weights).
     """
-    params = []
+    encoder, decoder = [], []
     for name, param in network.named_parameters():
-        frozen = freeze_encoder and name.startswith(ENCODER_PREFIXES)
+        in_encoder = name.startswith(ENCODER_PREFIXES)
+        frozen = freeze_encoder and in_encoder
         param.requires_grad_(not frozen)
         if not frozen:
-            params.append(param)
-    return params
+            (encoder if in_encoder else decoder).append(param)
+    if encoder_lr is None or not encoder:
+        return [p for p in network.parameters() if p.requires_grad]
+    return [{"params": encoder, "lr": encoder_lr}, {"params": decoder}]

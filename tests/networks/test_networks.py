@@ -46,3 +46,43 @@ def test_pooling_before_the_head():
     pooled = out["features"].mean(dim=(2, 3), keepdim=True)
     assert torch.allclose(out["img"], net.h_img(pooled).flatten(1), atol=1e-6)
     assert out["img_map"].shape == (3, 16, 2, 2)  # the per-pixel map (Eq. 6 affinity) is still h_img per pixel
+
+
+def test_trainable_parameters_freeze_and_encoder_learning_rate():
+    from monai.networks.nets import BasicUNet
+
+    from gcl_monai.networks import ENCODER_PREFIXES, trainable_parameters
+
+    net = BasicUNet(spatial_dims=2, in_channels=1, out_channels=2, features=(4, 4, 8, 8, 16, 4))
+    names = {id(p): n for n, p in net.named_parameters()}
+    assert trainable_parameters(net) == list(net.parameters())
+    decoder = trainable_parameters(net, freeze_encoder=True)
+    assert decoder and all(not names[id(p)].startswith(ENCODER_PREFIXES) for p in decoder)
+    assert all(not p.requires_grad for n, p in net.named_parameters() if n.startswith(ENCODER_PREFIXES))
+    groups = trainable_parameters(net, encoder_lr=1e-4)
+    assert [len(g["params"]) for g in groups] == [
+        sum(n.startswith(ENCODER_PREFIXES) for n, _ in net.named_parameters()),
+        sum(not n.startswith(ENCODER_PREFIXES) for n, _ in net.named_parameters()),
+    ]
+    assert all(names[id(p)].startswith(ENCODER_PREFIXES) for p in groups[0]["params"])
+    assert all(p.requires_grad for p in net.parameters())  # unfrozen again
+    optimizer = torch.optim.Adam(groups, lr=1e-3)
+    assert [g["lr"] for g in optimizer.param_groups] == [1e-4, 1e-3]
+    # a frozen encoder has no group of its own
+    assert trainable_parameters(net, freeze_encoder=True, encoder_lr=1e-4) == decoder
+
+
+@pytest.mark.parametrize(("init", "scale", "lrs"), [("gcl", 0.1, [1e-4, 1e-3]), ("random", 0.1, [1e-3]),
+                                                   ("gcl", 1.0, [1e-3])])
+def test_train_bundle_encoder_lr_scale(init, scale, lrs):
+    from pathlib import Path
+
+    from monai.bundle import ConfigWorkflow
+
+    repo = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
+    workflow = ConfigWorkflow(
+        config_file=str(repo / "bundles" / "gcl_demo" / "configs" / "train.json"), workflow_type=None, init=init,
+        encoder_lr_scale=scale, lr=1e-3,
+    )
+    optimizer = workflow.parser.get_parsed_content("optimizer")
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx(lrs)

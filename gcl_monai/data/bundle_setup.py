@@ -12,7 +12,7 @@ from gcl_monai.data.splits import load_split, save_split, split_patients
 
 logger = logging.getLogger("gcl_monai.data")
 
-__all__ = ["load_or_create_split", "ensure_phantom"]
+__all__ = ["check_switches", "load_or_create_split", "ensure_phantom"]
 
 
 def load_or_create_split(
@@ -69,3 +69,21 @@ def ensure_phantom(out_dir: str | Path, num_patients: int = 20, seed: int = 0, i
         generate_acdc_phantom(out_dir, num_patients=num_patients, seed=seed, image_size=(image_size, image_size))
         marker.write_text(expected)
     return str(out_dir)
+
+
+def check_switches(**switches: object) -> None:
+    """
+    Refuses an on/off switch of a bundle that is not a boolean. ``python -m monai.bundle run ... --pixel_branch
+    false`` passes the string ``"false"``, which Python reads as true: without this check the switch would be
+    silently on.
+
+    Raises:
+        ValueError: naming each switch whose value is not ``True`` or ``False``.
+    """
+    bad = {name: value for name, value in switches.items() if not isinstance(value, bool)}
+    if bad:
+        shown = ", ".join(f"{name}={value!r}" for name, value in bad.items())
+        raise ValueError(
+            f"on/off switches must be True or False, got {shown}; on the command line write e.g. "
+            f"--{next(iter(bad))} False (capitalised, a Python literal)."
+        )

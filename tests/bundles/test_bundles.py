@@ -256,6 +256,26 @@ def test_missing_dataset_dir_fails_before_work(tmp_path):
     assert not (tmp_path / "outputs" / "split.json").exists()
 
 
+@pytest.mark.parametrize(("config", "switch"), [("pretrain.json", "pixel_branch"), ("pretrain.json", "mitigate"),
+                                              ("train.json", "freeze_encoder")])
+def test_a_switch_given_as_a_string_fails_before_work(config, switch, tmp_path):
+    """``--pixel_branch false`` on the command line is the string "false", which Python reads as true."""
+    cfg = str(REPO / "bundles" / "gcl_acdc" / "configs" / config)
+    wf = ConfigWorkflow(config_file=cfg, workflow_type=None, bundle_root=str(tmp_path), run_id="run",
+                        dataset_dir=str(tmp_path / "nowhere"), **{switch: "false"})
+    with pytest.raises(Exception) as excinfo:
+        wf.initialize()
+    messages, err = [], excinfo.value
+    while err is not None:
+        messages.append(str(err))
+        err = err.__cause__
+    assert any(f"{switch}='false'" in m and "True or False" in m for m in messages), messages
+    ok = ConfigWorkflow(config_file=cfg, workflow_type=None, bundle_root=str(tmp_path), run_id="run", **{switch: False})
+    from gcl_monai.data import check_switches
+
+    check_switches(**{switch: ok.parser.get_parsed_content(switch)})  # the documented spelling passes
+
+
 @pytest.mark.parametrize("config", ["pretrain.json", "train.json"])
 @pytest.mark.parametrize("cuda", [False, True])
 def test_loader_workers_on_cuda_only(config, cuda, monkeypatch):

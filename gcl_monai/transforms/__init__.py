@@ -12,6 +12,7 @@ from gcl_monai.transforms.presets import (
     volume_transforms,
 )
 from gcl_monai.transforms.slicing import SLICE_INDEX_KEY, SLICE_QUANTILE_KEY, VolumeToSlicesd, slice_quantiles
+from gcl_monai.transforms.view_strengths import ViewStrengths
 from gcl_monai.transforms.views import ContrastiveViewsd, RandRelativeGaussianNoised
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "SLICE_INDEX_KEY",
     "ContrastiveViewsd",
     "BatchContrastiveViews",
+    "ViewStrengths",
     "RandRelativeGaussianNoised",
     "SelectChanneld",
     "volume_transforms",

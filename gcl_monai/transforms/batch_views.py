@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from monai.utils import ensure_tuple_rep
+
+from gcl_monai.transforms.view_strengths import ViewStrengths
 
 __all__ = ["BatchContrastiveViews"]
 
@@ -66,68 +69,29 @@ class BatchContrastiveViews(torch.nn.Module):
 
     Args:
         spatial_size: in-plane size of the views (an int for a square).
-        crop_scale: ``(min, max)`` fraction of each side kept by the random crop.
-        flip_prob: probability of flipping along each spatial axis.
-        rotate_degrees: largest rotation angle, in degrees.
-        rotate_prob: probability of a rotation.
-        gamma: range of the gamma (contrast) exponent.
-        gamma_prob: probability of a gamma change.
-        scale_factor: largest relative intensity scaling.
-        scale_prob: probability of intensity scaling.
-        shift_factor: largest intensity shift, in units of the slice's std.
-        shift_prob: probability of an intensity shift.
-        noise_std_fraction: largest noise std, as a fraction of the slice's std.
-        noise_prob: probability of noise.
-        blur_sigma: ``(min, max)`` Gaussian blur sigma in pixels (at ``spatial_size``).
-        blur_prob: probability of a blur.
         num_views: number of views of each slice (two or more).
         seed: seed of the views' own generator; None draws from torch's default generator.
+        strengths: the fields of :class:`gcl_monai.transforms.ViewStrengths` (e.g. ``rotate_degrees=30``); the
+            others keep their defaults, the same as :class:`gcl_monai.transforms.ContrastiveViewsd`'s.
 
     Raises:
-        ValueError: fewer than two views, or an invalid ``crop_scale``.
+        ValueError: fewer than two views, or an invalid strength (see ``ViewStrengths``).
+        TypeError: a keyword that is not a field of ``ViewStrengths``.
     """
 
     def __init__(
         self,
         spatial_size: Sequence[int] | int = (128, 128),
-        crop_scale: tuple[float, float] = (0.5, 1.0),
-        flip_prob: float = 0.5,
-        rotate_degrees: float = 45.0,
-        rotate_prob: float = 0.5,
-        gamma: tuple[float, float] = (0.7, 1.5),
-        gamma_prob: float = 0.5,
-        scale_factor: float = 0.2,
-        scale_prob: float = 0.5,
-        shift_factor: float = 0.2,
-        shift_prob: float = 0.5,
-        noise_std_fraction: float = 0.1,
-        noise_prob: float = 0.5,
-        blur_sigma: tuple[float, float] = (0.25, 1.0),
-        blur_prob: float = 0.3,
         num_views: int = 2,
         seed: int | None = None,
+        **strengths: Any,
     ) -> None:
         super().__init__()
         if num_views < 2:
             raise ValueError(f"BatchContrastiveViews needs at least two views, got {num_views}.")
-        if not 0 < crop_scale[0] <= crop_scale[1] <= 1:
-            raise ValueError(f"crop_scale must satisfy 0 < min <= max <= 1, got {crop_scale}.")
+        self.strengths = ViewStrengths(**strengths)
         self.spatial_size = tuple(int(s) for s in ensure_tuple_rep(spatial_size, 2))
-        self.crop_scale = (float(crop_scale[0]), float(crop_scale[1]))
-        self.flip_prob = flip_prob
-        self.rotate_radians = math.radians(rotate_degrees)
-        self.rotate_prob = rotate_prob
-        self.gamma = (min(gamma), max(gamma))
-        self.gamma_prob = gamma_prob
-        self.scale_factor = abs(scale_factor)
-        self.scale_prob = scale_prob
-        self.shift_factor = abs(shift_factor)
-        self.shift_prob = shift_prob
-        self.noise_std_fraction = noise_std_fraction
-        self.noise_prob = noise_prob
-        self.blur_sigma = (min(blur_sigma), max(blur_sigma))
-        self.blur_prob = blur_prob
-        self.blur_radius = int(max(self.blur_sigma[1] * _BLUR_TRUNCATED, 0.5) + 0.5)
+        self.blur_radius = int(max(self.strengths.blur_sigma[1] * _BLUR_TRUNCATED, 0.5) + 0.5)
         self.num_views = num_views
         self.set_random_state(seed)
 
@@ -171,6 +135,8 @@ class BatchContrastiveViews(torch.nn.Module):
         num, channels = images.shape[:2]
         device = images.device
         generator = self._generator(device)
+        strengths = self.strengths
+        rotate = math.radians(strengths.rotate_degrees)
 
         def uniform(low: float, high: float, *shape: int) -> torch.Tensor:
             return low + (high - low) * torch.rand(num, *shape, generator=generator, device=device)
@@ -183,25 +149,25 @@ class BatchContrastiveViews(torch.nn.Module):
         corner_draws = torch.rand(num, 2, generator=generator, device=device)
         sizes, corners = [], []
         for axis, side in enumerate(images.shape[2:]):
-            low, high = (math.ceil(scale * side) for scale in self.crop_scale)
+            low, high = (math.ceil(scale * side) for scale in strengths.crop_scale)
             size = low + torch.floor(size_draws[:, axis] * (high - low + 1)).clamp(max=high - low)
             sizes.append(size)
             corners.append(torch.minimum(torch.floor(corner_draws[:, axis] * (side - size + 1)), side - size))
         return {
             "crop_size": torch.stack(sizes, dim=1),
             "crop_corner": torch.stack(corners, dim=1),
-            "flip": happens(self.flip_prob, 2),
-            "angle": uniform(-self.rotate_radians, self.rotate_radians) * happens(self.rotate_prob),
-            "do_gamma": happens(self.gamma_prob),
-            "gamma": uniform(*self.gamma),
-            "scale": uniform(-self.scale_factor, self.scale_factor) * happens(self.scale_prob),
-            "shift": uniform(-self.shift_factor, self.shift_factor) * happens(self.shift_prob),
-            "noise": uniform(0.0, self.noise_std_fraction) * happens(self.noise_prob),
+            "flip": happens(strengths.flip_prob, 2),
+            "angle": uniform(-rotate, rotate) * happens(strengths.rotate_prob),
+            "do_gamma": happens(strengths.gamma_prob),
+            "gamma": uniform(*strengths.gamma),
+            "scale": uniform(-strengths.scale_factor, strengths.scale_factor) * happens(strengths.scale_prob),
+            "shift": uniform(-strengths.shift_factor, strengths.shift_factor) * happens(strengths.shift_prob),
+            "noise": uniform(0.0, strengths.noise_std_fraction) * happens(strengths.noise_prob),
             "noise_field": torch.randn(
                 num, channels, *self.spatial_size, generator=generator, device=device, dtype=images.dtype
             ),
-            "do_blur": happens(self.blur_prob),
-            "blur_sigma": uniform(*self.blur_sigma, 2),
+            "do_blur": happens(strengths.blur_prob),
+            "blur_sigma": uniform(*strengths.blur_sigma, 2),
         }
 
     def _geometry(self, images: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:

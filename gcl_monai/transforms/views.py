@@ -25,6 +25,8 @@ from monai.transforms import (
 )
 from monai.utils import MAX_SEED, ensure_tuple, ensure_tuple_rep
 
+from gcl_monai.transforms.view_strengths import ViewStrengths
+
 __all__ = ["ContrastiveViewsd", "RandRelativeGaussianNoised"]
 
 
@@ -83,7 +85,8 @@ class ContrastiveViewsd(Randomizable, MapTransform):
     """
     Produce independently augmented views of one 2D slice ``(C, H, W)`` for contrastive learning.
 
-    Each view is a ``Compose`` of MONAI random transforms, applied in this order:
+    Each view is a ``Compose`` of MONAI random transforms, applied in this order, with the strengths of
+    :class:`gcl_monai.transforms.ViewStrengths`:
 
     1. random resized crop: ``RandScaleCropd`` with each side a random fraction in ``crop_scale`` of the
        slice's side (random centre, so the aspect ratio varies too), then ``Resized`` to ``spatial_size``;
@@ -96,9 +99,6 @@ class ContrastiveViewsd(Randomizable, MapTransform):
     5. :class:`RandRelativeGaussianNoised`: noise of std up to ``noise_std_fraction * std``;
     6. ``RandGaussianSmoothd``: blur with sigma in ``blur_sigma`` pixels (at ``spatial_size``).
 
-    The defaults follow SimCLR's recipe softened for grey-level MR slices (no colour jitter; crops no smaller
-    than half a side so that the heart or prostate is usually kept).
-
     Randomness: each view owns its random state, seeded from this transform's ``R`` by
     ``set_random_state``. When ``seed`` is None the constructor draws one from NumPy's global generator, so
     ``monai.utils.set_determinism(seed)`` before building the transform makes runs reproducible; MONAI's
@@ -108,25 +108,14 @@ class ContrastiveViewsd(Randomizable, MapTransform):
         keys: the key of the slice to augment (exactly one).
         view_keys: output key of each view (two or more); the first may equal ``keys`` to replace the slice.
         spatial_size: in-plane size of the views (an int for a square).
-        crop_scale: ``(min, max)`` fraction of each side kept by the random crop.
-        flip_prob: probability of flipping along each spatial axis.
-        rotate_degrees: largest rotation angle, in degrees.
-        rotate_prob: probability of a rotation.
-        gamma: range of the gamma (contrast) exponent.
-        gamma_prob: probability of a gamma change.
-        scale_factor: largest relative intensity scaling.
-        scale_prob: probability of intensity scaling.
-        shift_factor: largest intensity shift, in units of the slice's std.
-        shift_prob: probability of an intensity shift.
-        noise_std_fraction: largest noise std, as a fraction of the slice's std.
-        noise_prob: probability of noise.
-        blur_sigma: ``(min, max)`` Gaussian blur sigma in pixels.
-        blur_prob: probability of a blur.
         seed: seed of the random state; None draws one from NumPy's global generator.
         allow_missing_keys: do not raise when the key is missing.
+        strengths: the fields of :class:`gcl_monai.transforms.ViewStrengths` (e.g. ``rotate_degrees=30``); the
+            others keep their defaults.
 
     Raises:
-        ValueError: not exactly one key, fewer than two view keys, or an invalid ``crop_scale``.
+        ValueError: not exactly one key, fewer than two view keys, or an invalid strength (see ``ViewStrengths``).
+        TypeError: a keyword that is not a field of ``ViewStrengths``.
     """
 
     def __init__(
@@ -134,22 +123,9 @@ class ContrastiveViewsd(Randomizable, MapTransform):
         keys: KeysCollection = "image",
         view_keys: Sequence[str] = ("image", "image_2"),
         spatial_size: Sequence[int] | int = (128, 128),
-        crop_scale: tuple[float, float] = (0.5, 1.0),
-        flip_prob: float = 0.5,
-        rotate_degrees: float = 45.0,
-        rotate_prob: float = 0.5,
-        gamma: tuple[float, float] = (0.7, 1.5),
-        gamma_prob: float = 0.5,
-        scale_factor: float = 0.2,
-        scale_prob: float = 0.5,
-        shift_factor: float = 0.2,
-        shift_prob: float = 0.5,
-        noise_std_fraction: float = 0.1,
-        noise_prob: float = 0.5,
-        blur_sigma: tuple[float, float] = (0.25, 1.0),
-        blur_prob: float = 0.3,
         seed: int | None = None,
         allow_missing_keys: bool = False,
+        **strengths: Any,
     ) -> None:
         MapTransform.__init__(self, keys, allow_missing_keys)
         if len(self.keys) != 1:
@@ -157,22 +133,21 @@ class ContrastiveViewsd(Randomizable, MapTransform):
         self.view_keys = ensure_tuple(view_keys)
         if len(self.view_keys) < 2:
             raise ValueError(f"ContrastiveViewsd needs at least two view keys, got {self.view_keys}.")
-        if not 0 < crop_scale[0] <= crop_scale[1] <= 1:
-            raise ValueError(f"crop_scale must satisfy 0 < min <= max <= 1, got {crop_scale}.")
+        self.strengths = s = ViewStrengths(**strengths)
         key = self.keys[0]
         spatial_size = ensure_tuple_rep(spatial_size, 2)
         self.views = [
             Compose(
                 [
-                    RandScaleCropd(key, roi_scale=crop_scale[0], max_roi_scale=crop_scale[1], random_size=True),
+                    RandScaleCropd(key, roi_scale=s.crop_scale[0], max_roi_scale=s.crop_scale[1], random_size=True),
                     Resized(key, spatial_size=spatial_size, mode="bilinear", anti_aliasing=True),
-                    *[RandFlipd(key, prob=flip_prob, spatial_axis=axis) for axis in range(len(spatial_size))],
-                    RandRotated(key, range_x=math.radians(rotate_degrees), prob=rotate_prob, padding_mode="zeros"),
-                    RandAdjustContrastd(key, prob=gamma_prob, gamma=gamma),
-                    RandScaleIntensityd(key, factors=scale_factor, prob=scale_prob),
-                    RandStdShiftIntensityd(key, factors=shift_factor, prob=shift_prob),
-                    RandRelativeGaussianNoised(key, prob=noise_prob, std_fraction=noise_std_fraction),
-                    RandGaussianSmoothd(key, sigma_x=blur_sigma, sigma_y=blur_sigma, prob=blur_prob),
+                    *[RandFlipd(key, prob=s.flip_prob, spatial_axis=axis) for axis in range(len(spatial_size))],
+                    RandRotated(key, range_x=math.radians(s.rotate_degrees), prob=s.rotate_prob, padding_mode="zeros"),
+                    RandAdjustContrastd(key, prob=s.gamma_prob, gamma=s.gamma),
+                    RandScaleIntensityd(key, factors=s.scale_factor, prob=s.scale_prob),
+                    RandStdShiftIntensityd(key, factors=s.shift_factor, prob=s.shift_prob),
+                    RandRelativeGaussianNoised(key, prob=s.noise_prob, std_fraction=s.noise_std_fraction),
+                    RandGaussianSmoothd(key, sigma_x=s.blur_sigma, sigma_y=s.blur_sigma, prob=s.blur_prob),
                 ]
             )
             for _ in self.view_keys

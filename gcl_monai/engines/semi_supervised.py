@@ -113,8 +113,12 @@ class SemiSupervisedTrainer(SupervisedTrainer):
         self.loss_function = self._semi_supervised_loss
 
     def _start_teacher(self) -> None:
-        """Copy the student's weights into the teacher."""
-        self.teacher.load_state_dict(self.network.state_dict())
+        """Copy the student's weights into the teacher (the student unwrapped from ``DataParallel`` or
+        ``DistributedDataParallel``, as ``EMAHandler`` unwraps it: the teacher is a copy of the inner module)."""
+        student = self.network
+        if isinstance(student, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
+            student = student.module
+        self.teacher.load_state_dict(student.state_dict())
 
     def _unlabeled_images(self) -> torch.Tensor:
         """The next unlabelled batch's images, on the engine's device (the loader is restarted when exhausted)."""

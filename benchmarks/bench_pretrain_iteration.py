@@ -5,7 +5,9 @@ Speed benchmark of GCL pre-training and of the bundles' data and fine-tuning pat
    optimizer step) on a fixed batch, for SimCLR and each GCL component added (multi-meta-label sum,
    + GradMitigator, + pixel branch with and without GradFilter, full GCL), as a ratio to SimCLR with images/s.
    With several meta labels both exact ways of computing the per-meta-label gradients are timed (one backward
-   pass per meta label, or one batched pass: ``batched_backward``).
+   pass per meta label, or one batched pass: ``batched_backward``). ``gcl_views_on_device`` is full GCL with the
+   bundles' ``views_on_device``: the two views drawn inside the iteration by ``BatchContrastiveViews`` (its share
+   of the iteration is reported as ``views_share``).
 2. The share of an iteration spent in GradMitigator's ``combine`` and in GradFilter's selection (closed-form
    magnitudes, Jacobian set-up and Top-k). On CUDA the shares come from a second pass whose timers synchronise
    the device (without that, a timer measures only the launch of asynchronous kernels, or, around a host
@@ -52,6 +54,7 @@ from gcl_monai.gradients import GradMitigator, MeanCombiner
 from gcl_monai.handlers import GradMitigatorHandler
 from gcl_monai.losses import GradFilter, LastLayerJacobian, PixelContrastiveLoss
 from gcl_monai.networks import GCLNet
+from gcl_monai.transforms import BatchContrastiveViews
 
 META = ["patient_id", "slice_quantile", "organ_state"]
 VARIANTS = {
@@ -61,6 +64,8 @@ VARIANTS = {
     "pixcl": {"meta_labels": [None], "pixel": True, "mitigate": False, "filter": False},
     "pixcl_gradfilter": {"meta_labels": [None], "pixel": True, "mitigate": False, "filter": True},
     "gcl": {"meta_labels": META, "pixel": True, "mitigate": True, "filter": True},
+    # the bundles' views_on_device: the two views drawn in the iteration, on the device (BatchContrastiveViews)
+    "gcl_views_on_device": {"meta_labels": META, "pixel": True, "mitigate": True, "filter": True, "device_views": True},
 }
 
 
@@ -123,6 +128,7 @@ def build(variant: str, args, device, batched_backward: bool = False):
         pixel_loss=PixelContrastiveLoss(max_positive_images=args.max_positive_images) if spec["pixel"] else None,
         grad_filter=grad_filter,
         batched_backward=batched_backward,
+        device_views=BatchContrastiveViews(spatial_size=args.image_size, seed=0) if spec.get("device_views") else None,
     )
     m = len(spec["meta_labels"])
     combiner = GradMitigator(m) if spec["mitigate"] else MeanCombiner(m)
@@ -176,6 +182,7 @@ def time_variants(args, device: str) -> tuple[dict, dict]:
             stack.enter_context(timers[key].wrap(combiner, "combine", "combine"))
             for owner, name in GRAD_FILTER_PARTS:
                 stack.enter_context(timers[key].wrap(owner, name, "grad_filter"))
+            stack.enter_context(timers[key].wrap(BatchContrastiveViews, "forward", "views"))
             return run_iterations(trainer, batch, count, sync)
 
     for _ in range(args.iterations):
@@ -196,6 +203,7 @@ def time_variants(args, device: str) -> tuple[dict, dict]:
             "images_per_s": 2 * args.batch_size / med,
             "combine_share": timers[key].total.get("combine", 0.0) / sum(shared[key]),
             "grad_filter_share": timers[key].total.get("grad_filter", 0.0) / sum(shared[key]),
+            "views_share": timers[key].total.get("views", 0.0) / sum(shared[key]),
             "ratio_to_simclr": statistics.median(t / s for t, s in zip(times[key], times["simclr"])),
         }
         if cuda:
@@ -396,12 +404,12 @@ def main(argv: list[str] | None = None) -> None:
             for variant in VARIANTS:
                 results[variant]["peak_memory_mb"] = peak_rss_mb(variant, args)
         print(f"{'variant':33s} {'s/iter':>7s} {'min s':>7s} {'x SimCLR':>9s} {'img/s':>7s} {'combine':>8s} "
-              f"{'filter':>7s} {'peak MB':>8s}")
+              f"{'filter':>7s} {'views':>6s} {'peak MB':>8s}")
         for name, r in results.items():
             peak = r.get("peak_memory_mb")
             print(f"{name:33s} {r['median_s']:7.3f} {r['min_s']:7.3f} {r['ratio_to_simclr']:9.2f} "
                   f"{r['images_per_s']:7.1f} {100 * r['combine_share']:7.1f}% {100 * r['grad_filter_share']:6.1f}% "
-                  f"{'-' if peak is None else f'{peak:.0f}':>8s}")
+                  f"{100 * r['views_share']:5.1f}% {'-' if peak is None else f'{peak:.0f}':>8s}")
         gcl = results["gcl"]
         print(f"targets: GCL / SimCLR = {gcl['ratio_to_simclr']:.2f} (GPU <= 2.5), combine "
               f"{100 * gcl['combine_share']:.1f}% and GradFilter {100 * gcl['grad_filter_share']:.1f}% (GPU < 10%, "

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from monai.bundle import ConfigWorkflow
+from monai.networks.nets import BasicUNet
 
 from gcl_monai.benchmark.report import read_scalars
 
@@ -143,6 +144,33 @@ def test_finetune_starts_from_the_pretrained_encoder(demo_root):
     loader(wf.parser.get_parsed_content("train#trainer"))
     for k, v in encoder.items():
         assert torch.equal(net.state_dict()[k], v), k
+
+
+@pytest.mark.parametrize("init", ["gcl", "random"])
+def test_shrink_perturb_acts_after_loading_the_pretrained_encoder(init, demo_root):
+    """--shrink_perturb [s, p]: the loaded encoder's convolution weights become s * w + p * w0 on STARTED, after the
+    CheckpointLoader; random initialisation has nothing to shrink, so the switch leaves it alone."""
+    wf = ConfigWorkflow(config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(demo_root),
+                        run_id="run", **{**TINY_FT, "init": init, "shrink_perturb": [0.5, 1.0]})
+    wf.initialize()
+    trainer, net = wf.parser.get_parsed_content("train#trainer"), wf.parser.get_parsed_content("network")
+    shrink = [h for h in wf.parser.get_parsed_content("train#handlers") if type(h).__name__ == "ShrinkPerturb"]
+    if init == "random":
+        assert not shrink
+        return
+    loader = next(h for h in wf.parser.get_parsed_content("train#handlers") if type(h).__name__ == "CheckpointLoader")
+    assert wf.parser.get_parsed_content("train#handlers").index(loader) < wf.parser.get_parsed_content(
+        "train#handlers"
+    ).index(shrink[0])
+    encoder = torch.load(demo_root / "outputs" / "pretrain" / "gcl" / "encoder.pt", weights_only=True)
+    loader(trainer)
+    shrink[0](trainer)
+    torch.manual_seed(TINY_FT.get("seed", 0))
+    fresh = BasicUNet(spatial_dims=2, in_channels=1, out_channels=4, features=TINY["features"],
+                      norm=wf.parser.get_parsed_content("norm")).state_dict()
+    for key, value in encoder.items():
+        expected = 0.5 * value + fresh[key] if key.endswith("conv.weight") else value
+        torch.testing.assert_close(net.state_dict()[key], expected, rtol=0, atol=1e-6, msg=key)
 
 
 def test_inference_writes_label_maps_with_the_input_geometry(demo_root, tmp_path):

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from scipy import stats
 
 from gcl_monai.benchmark.paper_results import FULLY_SUPERVISED_L, PAPER_DICE, paper_dice
 from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS
-from gcl_monai.diagnose import summarise
+from gcl_monai.diagnose import encoder_weight_ranks, summarise
 from gcl_monai.losses import chance_level
 
 __all__ = [
@@ -311,6 +312,21 @@ def read_pretrain_scalars(folder: str | Path, plan: Mapping[str, Any]) -> dict[s
     return {m: c for m, c in curves.items() if "loss" in c}
 
 
+def read_encoder_ranks(folder: str | Path, plan: Mapping[str, Any]) -> dict[str, tuple[float, int]]:
+    """
+    ``{method: (effective rank, maximum rank)}`` of the deepest convolution of each exported pre-trained encoder
+    (``pretrain/<method>/encoder.pt``; :py:func:`gcl_monai.diagnose.encoder_weight_ranks`).
+    """
+    ranks = {}
+    for method in plan["pretrain"]:
+        path = Path(folder) / "pretrain" / method / "encoder.pt"
+        if path.is_file():
+            per_layer = encoder_weight_ranks(torch.load(path, map_location="cpu", weights_only=True))
+            if per_layer:
+                ranks[method] = list(per_layer.values())[-1]
+    return ranks
+
+
 def plot_pretrain_curves(curves: Mapping[str, dict], plan: Mapping[str, Any], path: Path) -> Path | None:
     """
     Pre-training curves per method (``curves``: :py:func:`read_pretrain_scalars`): the total loss, the mean
@@ -365,7 +381,9 @@ def _rows(scalars: Mapping[str, tuple[np.ndarray, np.ndarray]], batch_size: int)
     return [by_step[step] for step in sorted(by_step)]
 
 
-def pretraining_summary(curves: Mapping[str, dict], plan: Mapping[str, Any]) -> list[str]:
+def pretraining_summary(
+    curves: Mapping[str, dict], plan: Mapping[str, Any], ranks: Mapping[str, tuple[float, int]] | None = None
+) -> list[str]:
     """
     Markdown section saying, for each pre-training of the experiment, whether its objectives learned: the
     verdict and the first/last-window means of :py:func:`gcl_monai.diagnose.summarise` (the same judgement as
@@ -377,7 +395,9 @@ def pretraining_summary(curves: Mapping[str, dict], plan: Mapping[str, Any]) -> 
     Args:
         curves: the pre-trainings' scalars by method, :py:func:`read_pretrain_scalars`.
         plan: the experiment's ``plan.json``.
+        ranks: effective rank of the deepest encoder convolution by method, :py:func:`read_encoder_ranks`.
     """
+    ranks = ranks or {}
     body = []
     for method, scalars in curves.items():
         batch = plan["pretrain"][method]["overrides"].get("batch_size")
@@ -394,6 +414,7 @@ def pretraining_summary(curves: Mapping[str, dict], plan: Mapping[str, Any]) -> 
             f"{summary.chance:.3f}",
             "<br>".join(pix) or "–",
             f"{summary.std_img[0]:.3f} → {summary.std_img[1]:.3f}",
+            f"{ranks[method][0]:.0f} of {ranks[method][1]}" if method in ranks else "–",
             summary.verdict if summary.verdict == "training" else f"**{summary.verdict}**",
         ])
     if not body:
@@ -406,11 +427,23 @@ def pretraining_summary(curves: Mapping[str, dict], plan: Mapping[str, Any]) -> 
             "Losses averaged over the first → last tenth of the iterations; verdict as in `python -m "
             "gcl_monai.diagnose` (docs/recipe.md): an image-wise loss that ends within 0.02 of ln(2B − 1) is stalled "
             "at chance (it did not separate the images of a batch); `std/img` is the spread of the normalised "
-            "image-wise representations (about 0.088 for 128-D unit vectors spread evenly, below 0.001 collapsed)."
+            "image-wise representations (about 0.088 for 128-D unit vectors spread evenly, below 0.001 collapsed); "
+            "`deepest conv rank` is the effective rank of the exported encoder's last convolution weight (a fresh "
+            "initialisation is close to the maximum; a small fraction of it is a dimensional collapse of the weights "
+            "that fine-tuning inherits, docs/recipe.md)."
         ),
         "",
         *_table(
-            ["Pre-training", "iterations", "image-wise losses", "ln(2B−1)", "pixel-wise losses", "std/img", "verdict"],
+            [
+                "Pre-training",
+                "iterations",
+                "image-wise losses",
+                "ln(2B−1)",
+                "pixel-wise losses",
+                "std/img",
+                "deepest conv rank",
+                "verdict",
+            ],
             body,
         ),
     ]
@@ -430,7 +463,8 @@ def write_report(folder: str | Path) -> Path:
     rows = read_results(csv_path) if csv_path.exists() else []
     table = folder / "table.md"
     curves = read_pretrain_scalars(folder, plan)
-    table.write_text(markdown_report(rows, plan) + "".join(f"{line}\n" for line in pretraining_summary(curves, plan)))
+    summary = pretraining_summary(curves, plan, read_encoder_ranks(folder, plan))
+    table.write_text(markdown_report(rows, plan) + "".join(f"{line}\n" for line in summary))
     plot_dice_vs_l(rows, plan, folder / "dice_vs_L.png")
     plot_pretrain_curves(curves, plan, folder / "pretrain_curves.png")
     logger.info("Report written to %s.", table)

@@ -2,5 +2,13 @@
 
 from .recorder import TrajectoryRecorder
 from .summary import DiagnosisSummary, summarise, write_diagnosis
+from .weights import effective_rank, encoder_weight_ranks
 
-__all__ = ["TrajectoryRecorder", "DiagnosisSummary", "summarise", "write_diagnosis"]
+__all__ = [
+    "TrajectoryRecorder",
+    "DiagnosisSummary",
+    "summarise",
+    "write_diagnosis",
+    "effective_rank",
+    "encoder_weight_ranks",
+]

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from gcl_monai.benchmark import cells, plan, results
 from gcl_monai.benchmark.__main__ import main
@@ -27,6 +28,7 @@ from gcl_monai.benchmark.report import (
     paired_difference,
     paired_values,
     pretraining_summary,
+    read_encoder_ranks,
     read_pretrain_scalars,
     read_results,
     write_report,
@@ -341,7 +343,16 @@ def test_pretraining_summary_marks_an_image_branch_at_chance(tmp_path):
     plan = {**_plan(), "pretrain": {m: {"overrides": {"batch_size": 16}} for m in runs}}
     curves = read_pretrain_scalars(tmp_path, {**plan, "pretrain": {**plan["pretrain"], "never_ran": {}}})
     assert sorted(curves) == sorted(runs)
-    rows = {line.split("|")[1].strip(): line for line in pretraining_summary(curves, plan) if line.startswith("| ")}
+    # an exported encoder whose deepest convolution has rank 1 (16 outputs, 8 x 3 x 3 inputs)
+    collapsed = torch.outer(torch.ones(16), torch.arange(72.0)).reshape(16, 8, 3, 3)
+    torch.save({"down_1.conv.weight": torch.randn(16, 8, 3, 3), "down_4.conv.weight": collapsed,
+                "down_4.conv.bias": torch.ones(16)}, tmp_path / "pretrain" / "gcl" / "encoder.pt")
+    ranks = read_encoder_ranks(tmp_path, plan)
+    assert list(ranks) == ["gcl"] and ranks["gcl"][0] == pytest.approx(1.0) and ranks["gcl"][1] == 16
+    rows = {
+        line.split("|")[1].strip(): line for line in pretraining_summary(curves, plan, ranks) if line.startswith("| ")
+    }
+    assert "| 1 of 16 |" in rows["gcl"] and "| – |" in rows["simclr"]
     # windows of 10 iterations: SimCLR's loss goes from chance - 0.045 to chance - 0.945
     assert f"simclr: {chance - 0.045:.3f} → {chance - 0.945:.3f}" in rows["simclr"]
     assert rows["simclr"].endswith("| training |")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
     from ignite.engine import Engine
 
 __all__ = ["ShrinkPerturb"]
+
+logger = logging.getLogger(__name__)
 
 
 class ShrinkPerturb:
@@ -77,3 +80,7 @@ class ShrinkPerturb:
                 fresh = copy.deepcopy(conv).to("cpu")
                 fresh.reset_parameters()
                 conv.weight.mul_(self.shrink).add_(fresh.weight.to(conv.weight), alpha=self.perturb)
+        logger.info(
+            "ShrinkPerturb: %d encoder convolution weights <- %g * loaded + %g * fresh initialisation (seed %d).",
+            len(self.convolutions), self.shrink, self.perturb, self.seed,
+        )

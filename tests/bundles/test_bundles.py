@@ -146,22 +146,25 @@ def test_finetune_starts_from_the_pretrained_encoder(demo_root):
         assert torch.equal(net.state_dict()[k], v), k
 
 
-@pytest.mark.parametrize("init", ["gcl", "random"])
-def test_shrink_perturb_acts_after_loading_the_pretrained_encoder(init, demo_root):
-    """--shrink_perturb [s, p]: the loaded encoder's convolution weights become s * w + p * w0 on STARTED, after the
-    CheckpointLoader; random initialisation has nothing to shrink, so the switch leaves it alone."""
+@pytest.mark.parametrize(
+    ("override", "applied"),
+    [({}, True), ({"init": "random"}, False), ({"freeze_encoder": True}, False), ({"shrink_perturb": None}, False)],
+)
+def test_shrink_perturb_acts_after_loading_the_pretrained_encoder(override, applied, demo_root):
+    """By default the loaded encoder's convolution weights become 0.5 * w + 1.0 * w0 on STARTED, after the
+    CheckpointLoader; random initialisation has nothing to shrink, a frozen encoder is evaluated as pre-trained, and
+    ``--shrink_perturb None`` is the paper's plain fine-tuning."""
     wf = ConfigWorkflow(config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(demo_root),
-                        run_id="run", **{**TINY_FT, "init": init, "shrink_perturb": [0.5, 1.0]})
+                        run_id="run", **{**TINY_FT, **override})
     wf.initialize()
     trainer, net = wf.parser.get_parsed_content("train#trainer"), wf.parser.get_parsed_content("network")
-    shrink = [h for h in wf.parser.get_parsed_content("train#handlers") if type(h).__name__ == "ShrinkPerturb"]
-    if init == "random":
-        assert not shrink
+    handlers = wf.parser.get_parsed_content("train#handlers")
+    shrink = [h for h in handlers if type(h).__name__ == "ShrinkPerturb"]
+    assert bool(shrink) == applied
+    if not applied:
         return
-    loader = next(h for h in wf.parser.get_parsed_content("train#handlers") if type(h).__name__ == "CheckpointLoader")
-    assert wf.parser.get_parsed_content("train#handlers").index(loader) < wf.parser.get_parsed_content(
-        "train#handlers"
-    ).index(shrink[0])
+    loader = next(h for h in handlers if type(h).__name__ == "CheckpointLoader")
+    assert handlers.index(loader) < handlers.index(shrink[0])
     encoder = torch.load(demo_root / "outputs" / "pretrain" / "gcl" / "encoder.pt", weights_only=True)
     loader(trainer)
     shrink[0](trainer)

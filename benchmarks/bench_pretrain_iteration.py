@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     print(f"device {args.device} ({device_name(args.device)}), batch {args.batch_size} x 2 views, "
-          f"{args.image_size}^2, features {args.features}, {torch.get_num_threads()} torch threads")
+          f"{args.image_size}^2, features {args.features}")
     payload: dict = {"device": device_name(args.device), "note": args.note, "config": vars(args)}
     if "variants" in args.parts:
         results, errors = time_variants(args, args.device)

@@ -11,6 +11,8 @@ import torch
 import torch.nn as nn
 from ignite.engine import Events
 
+from gcl_monai.networks import ENCODER_PREFIXES
+
 if TYPE_CHECKING:
     from ignite.engine import Engine
 
@@ -40,7 +42,8 @@ class ShrinkPerturb:
         network: the network being fine-tuned (``DataParallel`` / ``DistributedDataParallel`` are unwrapped).
         shrink: factor :math:`\\lambda` of the loaded weights.
         perturb: factor :math:`p` of the fresh initialisation.
-        prefixes: names (prefixes) of the modules to change; the default is BasicUNet's encoder.
+        prefixes: names (prefixes) of the modules to change; the default is BasicUNet's encoder
+            (:py:data:`gcl_monai.networks.ENCODER_PREFIXES`).
         seed: seed of the fresh initialisation.
 
     Raises:
@@ -52,7 +55,7 @@ class ShrinkPerturb:
         network: nn.Module,
         shrink: float,
         perturb: float,
-        prefixes: Sequence[str] = ("conv_0.", "down_1.", "down_2.", "down_3.", "down_4."),
+        prefixes: Sequence[str] = ENCODER_PREFIXES,
         seed: int = 0,
     ) -> None:
         if shrink < 0 or perturb < 0 or shrink == perturb == 0:

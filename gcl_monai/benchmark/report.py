@@ -25,6 +25,7 @@ from gcl_monai.diagnose import encoder_weight_ranks, summarise
 from gcl_monai.losses import chance_level
 
 __all__ = [
+    "VALIDATION_SET",
     "PairedDifference",
     "markdown_report",
     "paired_difference",
@@ -39,6 +40,8 @@ __all__ = [
 logger = logging.getLogger("gcl_monai.benchmark")
 
 BASELINES = ("random", "simclr")
+#: ``test_set`` of the rows that hold the validation patients' Dice (``results.csv``), on which recipes are chosen
+VALIDATION_SET = "val"
 INT_COLUMNS = ("num_labeled", "repeat", "draw", "seed")
 
 
@@ -181,18 +184,25 @@ def markdown_report(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) 
     lines += [f"- {c}" for c in plan["cuts"]]
     for test_set in _test_sets(rows):
         volumes = sorted({str(r["num_test_volumes"]) for r in rows if r["test_set"] == test_set and _ok(r)})
+        validation = test_set == VALIDATION_SET
         lines += [
             "",
             f"## Dice on the `{test_set}` set ({', '.join(volumes) or '?'} volumes)",
             "",
-            "Mean ± standard deviation over the repeats (paper format).",
+            "Mean ± standard deviation over the repeats (paper format)"
+            + (
+                " of the validation Dice at the end of fine-tuning, the figure on which recipes are chosen (the "
+                "kept model is the best of the validations; its test Dice is the one above)."
+                if validation
+                else "."
+            ),
             "",
         ]
         lines += _table(
             ["Method", *[_l_name(n) for n in ls]],
             ([labels[m], *[_mean_std_cell(_select(rows, m, n, test_set), planned) for n in ls]] for m in methods),
         )
-        if plan["pretrain_data"] == plan["data"] and plan["data"] in PAPER_DICE:
+        if plan["pretrain_data"] == plan["data"] and plan["data"] in PAPER_DICE and not validation:
             lines += [
                 "",
                 f"### Next to the paper (`{test_set}`)",
@@ -227,7 +237,7 @@ def markdown_report(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) 
                 ),
             )
         classes = [k[len("dice_"):] for k in (rows[0] if rows else {}) if k.startswith("dice_")]
-        if classes:
+        if classes and not validation:  # the validation Dice is the trainer's mean over the classes
             lines += ["", f"### Dice per class (`{test_set}`), mean over the repeats", ""]
             lines += _table(
                 ["Method", *[f"{_l_name(n)} {c}" for n in ls for c in classes]],

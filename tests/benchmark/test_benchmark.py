@@ -297,6 +297,36 @@ def test_report_from_hand_written_csv(tmp_path):
     assert markdown_report(parsed, _plan()) == table
 
 
+def test_validation_rows_hold_the_last_validation_dice(tmp_path, monkeypatch):
+    """Each trained cell gets a ``val`` row: the trainer's last ``val_mean_dice`` (not its best), no class columns."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    experiment = Experiment("v", "demo", PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=2),
+                            results_dir=tmp_path)
+    logged, silent = plan_cells(experiment)[1]
+    experiment.folder.mkdir(parents=True)
+    experiment.split_file("demo").write_text(json.dumps({"val": [{"image": "a"}, {"image": "b"}, {"image": "c"}]}))
+    for cell, dice in ((logged, 0.61), (silent, 0.52)):
+        cell.dice_file("test").parent.mkdir(parents=True)
+        cell.dice_file("test").write_text(json.dumps({"dice": dice, "dice_per_class": {"rv": dice}, "num_volumes": 4}))
+        cells.write_status(cell.folder, {"status": "finished", "trained": True})
+    with SummaryWriter(str(logged.folder / "tensorboard")) as writer:
+        for epoch, value in ((1, 0.2), (2, 0.5), (3, 0.4)):
+            writer.add_scalar("val_mean_dice", value, epoch)
+    monkeypatch.setattr(results, "labelled_patients", lambda cell: "p")
+    rows = results.collect_rows(experiment, [logged, silent])
+    assert [(r["draw"], r["test_set"]) for r in rows] == [(0, "test"), (0, "val"), (1, "test")]
+    val = rows[1]
+    assert val["dice"] == pytest.approx(0.4) and val["num_test_volumes"] == 3 and val["status"] == "ok"
+    assert not [k for k in val if k.startswith("dice_")] and rows[0]["dice_rv"] == 0.61
+    results.write_csv(rows, tmp_path / "results.csv")
+    plan = {**_plan(("random",)), "data": "demo", "pretrain_data": "demo"}
+    table = markdown_report(read_results(tmp_path / "results.csv"), plan)
+    assert "## Dice on the `val` set (3 volumes)" in table and "### Dice per class (`test`)" in table
+    assert "### Dice per class (`val`)" not in table and "Next to the paper (`val`)" not in table
+    assert "| Random Init. | 0.400 (n=1 of 3) | – |" in table.splitlines()
+
+
 def test_tensorboard_collapse(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
@@ -427,16 +457,16 @@ def test_end_to_end_on_the_phantom(tmp_path):
     assert main(argv) == 0
     folder = tmp_path / "smoke"
     rows = read_results(folder / "results.csv")
-    assert len(rows) == 2 * 2 * 2  # methods x repeats x test sets
+    assert len(rows) == 2 * 2 * 3  # methods x repeats x (test sets and the validation patients)
     assert {r["status"] for r in rows} == {"ok"} and all(0.0 <= r["dice"] <= 1.0 for r in rows)
-    assert {r["test_set"] for r in rows} == {"test", "external"}
+    assert {r["test_set"] for r in rows} == {"test", "external", "val"}
     assert {"dice_rv", "dice_myocardium", "dice_lv", "labelled_patients", "pretrain_seconds"} <= set(rows[0])
     for draw in (0, 1):  # paired: the same labelled patients for every method
         assert len({r["labelled_patients"] for r in rows if r["draw"] == draw}) == 1
     assert rows[0]["labelled_patients"] != [r for r in rows if r["draw"] == 1][0]["labelled_patients"]
     table = (folder / "table.md").read_text()
     assert "| Random Init. |" in table and "### Paired difference to Random Init. (`test`)" in table
-    assert "## Dice on the `external` set (8 volumes)" in table
+    assert "## Dice on the `external` set (8 volumes)" in table and "## Dice on the `val` set (" in table
     assert (folder / "pretrain_curves.png").exists() and (folder / "dice_vs_L.png").exists()
     assert (folder / "split.json").exists() and (folder / "pretrain" / "simclr" / "encoder.pt").exists()
 

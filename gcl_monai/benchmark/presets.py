@@ -229,7 +229,7 @@ CPU_MINI = Preset(
     pretrain={
         "batch_size": 16,
         "optimizer_name": "adam",
-        "lr": 1e-3,
+        "lr": 1e-4,
         "epochs": 20,
         "temperature": 0.1,
         "topk_ratio": 0.3,

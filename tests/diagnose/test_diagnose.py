@@ -130,7 +130,9 @@ def test_paper_literal_recipe_stalls_on_real_data(tmp_path):
     summary = _diagnose_acdc(tmp_path, "--recipe", "paper")
     assert summary["verdict"] != "training"
     assert not all(label["below_chance"] for label in summary["labels"].values())
-    assert summary["cos_img"][1] > 0.95 and summary["std_img"][1] < summary["std_img"][0]
+    # drifting together: the image embeddings' mean cosine rises (0.92 -> 0.95 here) while their spread shrinks
+    assert summary["cos_img"][0] < summary["cos_img"][1] and summary["cos_img"][1] > 0.9
+    assert summary["std_img"][1] < summary["std_img"][0]
 
 
 def test_compare_runs(tmp_path):

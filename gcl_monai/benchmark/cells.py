@@ -153,6 +153,17 @@ def resolve_iterations(cell: FinetuneCell, labelled: list[dict]) -> None:
         cell.train_overrides["iterations_per_epoch"] = math.ceil(slices / cell.train_overrides["batch_size"])
 
 
+def last_validation_dice(cell: FinetuneCell) -> float:
+    """
+    The mean Dice on the validation patients at the last validation of a fine-tuning (the train bundle's
+    ``val_mean_dice``, read from its TensorBoard scalars): the model at the end of training, an unbiased figure for
+    choosing a recipe (the kept ``model.pt`` is the best of the validations, so its own validation Dice is
+    optimistic). NaN when the run logged no validation.
+    """
+    values = read_scalars(cell.folder / "tensorboard").get("val_mean_dice", ((), ()))[1]
+    return float(values[-1]) if len(values) else math.nan
+
+
 def run_finetune(cell: FinetuneCell) -> str:
     """
     Fine-tunes (unless a previous run of the cell finished training) and evaluates on every test set without a
@@ -166,6 +177,7 @@ def run_finetune(cell: FinetuneCell) -> str:
             run_bundle(cell.bundle, "train", "run", cell.train_overrides)
             status["finetune_seconds"] = time.time() - start
             status["iterations"] = cell.train_overrides["epochs"] * cell.train_overrides["iterations_per_epoch"]
+            status["val_dice"] = last_validation_dice(cell)
             status["trained"] = True
             write_status(cell.folder, status)
         for test_set, overrides in cell.eval_overrides.items():

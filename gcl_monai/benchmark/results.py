@@ -9,26 +9,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gcl_monai.benchmark.cells import labelled_subset, read_status
+from gcl_monai.benchmark.cells import labelled_subset, last_validation_dice, read_status
 from gcl_monai.benchmark.experiment import Experiment, FinetuneCell
-from gcl_monai.benchmark.report import VALIDATION_SET, read_scalars
+from gcl_monai.benchmark.report import VALIDATION_SET
 
-__all__ = ["collect_rows", "labelled_patients", "last_validation_dice", "write_csv"]
+__all__ = ["collect_rows", "labelled_patients", "write_csv"]
 
 
 def labelled_patients(cell: FinetuneCell) -> str:
     return ";".join(sorted({str(d.get("patient", d.get("patient_id"))) for d in labelled_subset(cell)}))
-
-
-def last_validation_dice(cell: FinetuneCell) -> float:
-    """
-    The mean Dice on the validation patients at the last validation of a fine-tuning (the train bundle's
-    ``val_mean_dice``, read from its TensorBoard scalars): the model at the end of training, an unbiased figure for
-    choosing a recipe (the kept ``model.pt`` is the best of the validations, so its own validation Dice is
-    optimistic). NaN when the run logged no validation.
-    """
-    values = read_scalars(cell.folder / "tensorboard").get("val_mean_dice", ((), ()))[1]
-    return float(values[-1]) if len(values) else math.nan
 
 
 def collect_rows(experiment: Experiment, finetune: list[FinetuneCell]) -> list[dict[str, Any]]:
@@ -36,7 +25,8 @@ def collect_rows(experiment: Experiment, finetune: list[FinetuneCell]) -> list[d
     One row per fine-tuning run and test set found on disk, with ``status``: ``ok`` (with its Dice), ``collapsed``
     (the pre-training collapsed, so it was never fine-tuned: Dice NaN), ``pretrain_failed`` or ``failed`` (Dice
     NaN). Cells not run yet have no row. Each trained run also gets a row whose ``test_set`` is
-    :py:data:`VALIDATION_SET`, with :py:func:`last_validation_dice` (no per-class values), when it logged one.
+    :py:data:`VALIDATION_SET`, with its last validation Dice (no per-class values), when it logged one: recorded
+    in the cell's status when its training finished, read from its scalars for cells trained before that record.
     """
     split_file = experiment.split_file(experiment.data)
     num_val = len(json.loads(split_file.read_text()).get("val", ())) if split_file.exists() else ""
@@ -78,10 +68,12 @@ def collect_rows(experiment: Experiment, finetune: list[FinetuneCell]) -> list[d
                 "message": message if status != "ok" else "",
             }
             rows.append(row)
-        if pre_status is None and cell_status.get("trained") and math.isfinite(val := last_validation_dice(cell)):
-            shared = {k: v for k, v in row.items() if not k.startswith("dice_")}
-            rows.append({**shared, "test_set": VALIDATION_SET, "dice": val, "num_test_volumes": num_val,
-                         "status": "ok", "eval_seconds": "", "message": ""})
+        if pre_status is None and cell_status.get("trained"):
+            val = cell_status["val_dice"] if "val_dice" in cell_status else last_validation_dice(cell)
+            if math.isfinite(val):
+                shared = {k: v for k, v in row.items() if not k.startswith("dice_")}
+                rows.append({**shared, "test_set": VALIDATION_SET, "dice": val, "num_test_volumes": num_val,
+                             "status": "ok", "eval_seconds": "", "message": ""})
     return rows
 
 

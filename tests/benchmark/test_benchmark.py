@@ -426,6 +426,7 @@ def test_interrupted_finetuning_is_retrained_not_evaluated(tmp_path, monkeypatch
     cells.run_finetune(cell)
     assert calls == ["train", "evaluate"]
     assert cells.read_status(cell.folder)["trained"]
+    assert math.isnan(cells.read_status(cell.folder)["val_dice"])  # recorded once; this run logged no validation
     calls.clear()
     cells.run_finetune(cell)  # trained, but its dice.json was never written: evaluates only
     assert calls == ["evaluate"]

@@ -76,6 +76,11 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pretrain-set", nargs="+", default=[], metavar="KEY=VALUE", help="pretrain.json overrides")
     parser.add_argument("--finetune-set", nargs="+", default=[], metavar="KEY=VALUE", help="train.json overrides")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: the bundles' choice)")
+    parser.add_argument(
+        "--pretrain-from", nargs="+", default=[], metavar="NAME",
+        help="other experiments (names in RESULTS_DIR, or folders) whose finished pre-trainings are taken where they "
+        "are the same run (method, settings, split) instead of pre-training again",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan (cells and overrides) and exit")
     return parser
 
@@ -131,7 +136,11 @@ def main_run(argv: Sequence[str]) -> int:
         pretrain_data=args.pretrain_data,
         test_root=args.test_root.resolve() if args.test_root else None,
     )
-    csv_path = run_experiment(experiment, dry_run=args.dry_run)
+    sources = [args.results_dir / n if (args.results_dir / n).is_dir() else Path(n) for n in args.pretrain_from]
+    missing = [str(s) for s in sources if not s.is_dir()]
+    if missing:
+        raise SystemExit(f"--pretrain-from: no experiment folder {', '.join(missing)}.")
+    csv_path = run_experiment(experiment, dry_run=args.dry_run, pretrain_from=[s.resolve() for s in sources])
     if csv_path is None:
         return 0
     failed = [r for r in read_results(csv_path) if r["status"] in ("failed", "pretrain_failed")]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from gcl_monai.benchmark.plan import check_plan, describe, describe_header, exec
 from gcl_monai.benchmark.progress import Progress, hms, past_durations
 from gcl_monai.benchmark.report import write_report
 from gcl_monai.benchmark.results import collect_rows, write_csv
+from gcl_monai.benchmark.reuse import import_pretraining
 
 __all__ = ["run_experiment"]
 
@@ -51,13 +52,15 @@ def _log_to(path: Path) -> Iterator[None]:
         handler.close()
 
 
-def run_experiment(experiment: Experiment, dry_run: bool = False) -> Path | None:
+def run_experiment(experiment: Experiment, dry_run: bool = False, pretrain_from: Sequence[Path] = ()) -> Path | None:
     """
     Runs every cell not finished yet, then writes ``results.csv``, ``table.md`` and the plots.
 
     Args:
         experiment: the experiment.
         dry_run: only print the plan (cells and overrides).
+        pretrain_from: folders of other experiments whose finished pre-trainings are taken instead of running the
+            same pre-training again (:py:func:`gcl_monai.benchmark.reuse.import_pretraining`).
 
     Returns:
         the path of ``results.csv`` (None for a dry run).
@@ -77,6 +80,9 @@ def run_experiment(experiment: Experiment, dry_run: bool = False) -> Path | None
             parse_bundle_item(experiment.bundle(dataset), config, "split", experiment.overrides(dataset))
         progress = Progress(cells, past_durations(pretrain, finetune))
         for index, cell in enumerate(cells):
+            if isinstance(cell, PretrainCell) and (taken := import_pretraining(cell, list(pretrain_from))):
+                progress.log(index, cell, f"taken from {taken}")
+                continue
             if isinstance(cell, PretrainCell) and pretrain_done(cell):
                 progress.log(index, cell, f"already {read_status(cell.folder)['status']}, skipped")
                 continue

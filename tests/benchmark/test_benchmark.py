@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -442,6 +443,55 @@ def test_rerun_with_other_settings_is_refused(tmp_path):
         plan.check_plan(Experiment("x", "demo", changed, results_dir=tmp_path))
 
 
+# ------------------------------------------------------------------------------------------------ --pretrain-from
+
+
+def _finished_pretraining(tmp_path, name, preset, split):
+    """An experiment folder with plan.json, split.json and a finished simclr pre-training (written by hand)."""
+    experiment = Experiment(name, "demo", preset.replace(methods=("simclr",), num_labeled=(1,), repeats=1),
+                            results_dir=tmp_path)
+    experiment.folder.mkdir(parents=True)
+    (pretrain,), finetune = plan_cells(experiment)
+    plan.write_plan(experiment, [pretrain], finetune)
+    experiment.split_file("demo").write_text(json.dumps(split))
+    pretrain.folder.mkdir(parents=True)
+    (pretrain.folder / "encoder.pt").write_bytes(b"weights of " + name.encode())
+    cells.write_status(pretrain.folder, {"status": "finished", "epochs": cells._config_value(pretrain, "epochs"),
+                                         "seconds": 12.5})
+    return experiment, pretrain
+
+
+def test_pretrain_from_takes_only_the_same_run(tmp_path):
+    from gcl_monai.benchmark.reuse import find_reusable, import_pretraining, same_split
+
+    split = {k: [{"image": f"/a/{k}{i}.h5#image", "patient": f"{k}{i}"} for i in range(2)]
+             for k in ("pretrain", "train", "val", "test")}
+    moved = {k: [{**e, "image": "../elsewhere/" + e["image"].split("/")[-1]} for e in v] for k, v in split.items()}
+    source, _ = _finished_pretraining(tmp_path, "src", PRESETS["cpu-mini"], split)
+    assert same_split(source.split_file("demo"), source.split_file("demo"))
+
+    target, cell = _finished_pretraining(tmp_path, "dst", PRESETS["cpu-mini"], moved)  # same patients, other paths
+    shutil.rmtree(cell.folder)
+    assert import_pretraining(cell, [source.folder]) == source.folder / "pretrain" / "simclr"
+    assert (cell.folder / "encoder.pt").read_bytes() == b"weights of src"
+    status = cells.read_status(cell.folder)
+    assert status["reused_from"] == str(source.folder / "pretrain" / "simclr") and status["seconds"] == 12.5
+    assert cells.pretrain_done(cell) and "reused_from" not in cells.read_status(source.folder / "pretrain" / "simclr")
+    # a folder of this experiment's own is never replaced
+    (cell.folder / "encoder.pt").write_bytes(b"own")
+    assert import_pretraining(cell, [source.folder]) is None and (cell.folder / "encoder.pt").read_bytes() == b"own"
+
+    # other settings, other patients, or an unfinished run: not taken, and the reason says why
+    _, longer = _finished_pretraining(tmp_path, "longer", PRESETS["cpu-mini"].replace(pretrain={"epochs": 3}), split)
+    assert find_reusable(longer, source.folder)[0] is None
+    assert "epochs" in find_reusable(longer, source.folder)[1]
+    other_split = {**split, "test": split["test"][:1]}
+    _, reshuffled = _finished_pretraining(tmp_path, "reshuffled", PRESETS["cpu-mini"], other_split)
+    assert find_reusable(reshuffled, source.folder) == (None, f"{source.folder} split the patients differently")
+    cells.write_status(source.folder / "pretrain" / "simclr", {"status": "interrupted", "epochs": 20})
+    assert "not finished" in find_reusable(cell, source.folder)[1]
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 
 
@@ -477,3 +527,14 @@ def test_end_to_end_on_the_phantom(tmp_path):
     second_run = (folder / "progress.log").read_text().split("Experiment smoke:")[2]
     assert second_run.count("already finished, skipped") == 5 and "starting" not in second_run
     assert len(read_results(folder / "results.csv")) == len(rows)
+
+    # another experiment with the same pre-training settings takes the finished pre-training instead of rerunning it
+    other = [a for a in argv if a not in ("--test-root", external)]
+    other[other.index("smoke")] = "reuse"
+    other[other.index("--repeats") + 1] = "1"
+    assert main(other + ["--methods", "simclr", "--pretrain-from", "smoke"]) == 0
+    log = (tmp_path / "reuse" / "progress.log").read_text()
+    assert f"pretrain simclr: taken from {folder / 'pretrain' / 'simclr'}" in log and "pretrain simclr: starting" not in log
+    reused = tmp_path / "reuse" / "pretrain" / "simclr"
+    assert (reused / "encoder.pt").read_bytes() == (folder / "pretrain" / "simclr" / "encoder.pt").read_bytes()
+    assert [r["status"] for r in read_results(tmp_path / "reuse" / "results.csv")] == ["ok", "ok"]

@@ -1,0 +1,103 @@
+"""
+Taking a finished pre-training from another experiment instead of running it again (``--pretrain-from``).
+
+The paper's Tables 1, 3 and 4 fine-tune the same pre-trained encoders; an experiment that adds rows (e.g. the
+semi-supervised methods of Table 3) need not pay for a pre-training that another experiment already ran. A
+pre-training is taken only when it is the same run: the same method, the same ``pretrain.json`` overrides (apart
+from the experiment's own folders) and the same patients in every part of the split. Its folder is linked (or
+copied) into this experiment and its ``benchmark.json`` records where it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from gcl_monai.benchmark.cells import pretrain_done, read_status, write_status
+from gcl_monai.benchmark.experiment import PretrainCell
+
+__all__ = ["FOLDER_KEYS", "find_reusable", "import_pretraining", "same_split"]
+
+logger = logging.getLogger("gcl_monai.benchmark")
+
+#: overrides naming an experiment's own folders: they differ between experiments without changing the run.
+FOLDER_KEYS = ("work_dir", "split_file")
+
+
+def _portable(entry: dict[str, Any]) -> dict[str, Any]:
+    """A split entry with its file paths reduced to the file names (one split written from two working folders)."""
+    return {k: Path(v).name if k in ("image", "label") and isinstance(v, str) else v for k, v in entry.items()}
+
+
+def same_split(first: Path, second: Path) -> bool:
+    """Whether two split files hold the same volumes in every part (pretrain, train, val, test)."""
+    a, b = (json.loads(Path(p).read_text()) for p in (first, second))
+    if set(a) != set(b):
+        return False
+    return all(sorted(map(json.dumps, map(_portable, a[k]))) == sorted(map(json.dumps, map(_portable, b[k]))) for k in a)
+
+
+def _settings(overrides: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps({k: v for k, v in overrides.items() if k not in FOLDER_KEYS}))
+
+
+def find_reusable(cell: PretrainCell, source: Path) -> tuple[PretrainCell | None, str]:
+    """
+    The finished pre-training of ``cell.method`` in the experiment folder ``source`` if it is the same run as
+    ``cell`` (else None), and the reason in words.
+    """
+    plan_path = Path(source) / "plan.json"
+    if not plan_path.exists():
+        return None, f"{source} holds no plan.json"
+    stored = json.loads(plan_path.read_text()).get("pretrain", {}).get(cell.method)
+    if stored is None:
+        return None, f"{source} has no pre-training of {cell.method}"
+    # the stored folders are those of the run; the experiment folder may have moved since
+    folders = {"work_dir": str(source), "split_file": str(Path(source) / Path(stored["overrides"]["split_file"]).name)}
+    other = PretrainCell(cell.method, Path(stored["bundle"]), {**stored["overrides"], **folders})
+    theirs, ours = _settings(other.overrides), _settings(cell.overrides)
+    if theirs != ours:
+        differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+        return None, f"{source}'s pre-training of {cell.method} has other settings ({', '.join(differ)})"
+    if not same_split(Path(other.overrides["split_file"]), Path(cell.overrides["split_file"])):
+        return None, f"{source} split the patients differently"
+    if not pretrain_done(other):
+        return None, f"{source}'s pre-training of {cell.method} has not finished"
+    return other, f"the same pre-training ({read_status(other.folder)['status']}) in {source}"
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system, or links not allowed
+        shutil.copy2(src, dst)
+
+
+def import_pretraining(cell: PretrainCell, sources: list[Path]) -> Path | None:
+    """
+    Fills ``cell.folder`` with the first reusable pre-training among the experiment folders ``sources``
+    (:py:func:`find_reusable`). Nothing is taken when ``cell.folder`` already exists: a run of this experiment's
+    own (finished or interrupted) is never replaced.
+
+    Returns:
+        the folder taken, or None.
+    """
+    if cell.folder.exists():
+        return None
+    for source in sources:
+        other, reason = find_reusable(cell, source)
+        if other is None:
+            logger.info("pretrain %s: not taken from %s: %s.", cell.method, source, reason)
+            continue
+        partial = cell.folder.with_name(cell.folder.name + ".importing")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(other.folder, partial, copy_function=_link_or_copy)
+        os.replace(partial, cell.folder)
+        write_status(cell.folder, {**read_status(other.folder), "reused_from": str(other.folder)})
+        logger.info("pretrain %s: taken from %s (%s).", cell.method, other.folder, reason)
+        return other.folder
+    return None

@@ -1,7 +1,7 @@
 """
 The paper's Dice results (mean and standard deviation over its 5 runs), to print next to this project's: Table 1
-(pre-training methods), Table 3 (semi-supervised methods) and Table 4 (ablations) of Zeng et al., "Gradient-guided
-Contrastive Learning for medical image segmentation with multi-perspective meta labels", ACM MM 2023.
+(pre-training methods), Table 3 (semi-supervised methods) and Table 4 (ablations) of Wu et al., "GCL: Gradient-Guided
+Contrastive Learning for Medical Image Segmentation with Multi-Perspective Meta Labels", ACM MM 2023.
 
 Keys are this project's method ids (``gcl_monai.benchmark.presets.METHODS``) and values of L; the fully supervised
 row is under ``"all"`` with the number of labelled patients the paper used.

@@ -4,7 +4,7 @@ Taking a finished pre-training from another experiment instead of running it aga
 The paper's Tables 1, 3 and 4 fine-tune the same pre-trained encoders; an experiment that adds rows (e.g. the
 semi-supervised methods of Table 3) need not pay for a pre-training that another experiment already ran. A
 pre-training is taken only when it is the same run: the same method, the same ``pretrain.json`` overrides (apart
-from the experiment's own folders) and the same patients in every part of the split. Its folder is linked (or
+from the experiment's own folders and the device) and the same patients in every part of the split. Its folder is linked (or
 copied) into this experiment and its ``benchmark.json`` records where it came from.
 """
 
@@ -20,12 +20,13 @@ from typing import Any
 from gcl_monai.benchmark.cells import pretrain_done, read_status, write_status
 from gcl_monai.benchmark.experiment import PretrainCell
 
-__all__ = ["FOLDER_KEYS", "find_reusable", "import_pretraining", "same_split"]
+__all__ = ["IGNORED_KEYS", "find_reusable", "import_pretraining", "same_split"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
-#: overrides naming an experiment's own folders: they differ between experiments without changing the run.
-FOLDER_KEYS = ("work_dir", "split_file")
+#: overrides that differ between experiments without changing what is pre-trained: the experiment's own folders, and
+#: the device (which changes only the rounding).
+IGNORED_KEYS = ("work_dir", "split_file", "device")
 
 
 def _portable(entry: dict[str, Any]) -> dict[str, Any]:
@@ -42,7 +43,7 @@ def same_split(first: Path, second: Path) -> bool:
 
 
 def _settings(overrides: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps({k: v for k, v in overrides.items() if k not in FOLDER_KEYS}))
+    return json.loads(json.dumps({k: v for k, v in overrides.items() if k not in IGNORED_KEYS}))
 
 
 def find_reusable(cell: PretrainCell, source: Path) -> tuple[PretrainCell | None, str]:
@@ -63,6 +64,8 @@ def find_reusable(cell: PretrainCell, source: Path) -> tuple[PretrainCell | None
     if theirs != ours:
         differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
         return None, f"{source}'s pre-training of {cell.method} has other settings ({', '.join(differ)})"
+    if not Path(other.overrides["split_file"]).exists():
+        return None, f"{source} holds no {Path(other.overrides['split_file']).name}"
     if not same_split(Path(other.overrides["split_file"]), Path(cell.overrides["split_file"])):
         return None, f"{source} split the patients differently"
     if not pretrain_done(other):

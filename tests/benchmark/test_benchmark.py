@@ -488,6 +488,10 @@ def test_pretrain_from_takes_only_the_same_run(tmp_path):
     other_split = {**split, "test": split["test"][:1]}
     _, reshuffled = _finished_pretraining(tmp_path, "reshuffled", PRESETS["cpu-mini"], other_split)
     assert find_reusable(reshuffled, source.folder) == (None, f"{source.folder} split the patients differently")
+    on_device, _ = _finished_pretraining(tmp_path, "on_device", PRESETS["cpu-mini"].replace(device="cpu"), split)
+    assert find_reusable(cell, on_device.folder)[0] is not None  # the device changes only the rounding
+    on_device.split_file("demo").unlink()
+    assert find_reusable(cell, on_device.folder) == (None, f"{on_device.folder} holds no split.json")
     cells.write_status(source.folder / "pretrain" / "simclr", {"status": "interrupted", "epochs": 20})
     assert "not finished" in find_reusable(cell, source.folder)[1]
 

@@ -4,8 +4,8 @@ Taking a finished pre-training from another experiment instead of running it aga
 The paper's Tables 1, 3 and 4 fine-tune the same pre-trained encoders; an experiment that adds rows (e.g. the
 semi-supervised methods of Table 3) need not pay for a pre-training that another experiment already ran. A
 pre-training is taken only when it is the same run: the same method, the same ``pretrain.json`` overrides (apart
-from the experiment's own folders and the device) and the same patients in every part of the split. Its folder is linked (or
-copied) into this experiment and its ``benchmark.json`` records where it came from.
+from the experiment's own folders and the device) and the same patients in every part of the split. Its folder is
+linked (or copied) into this experiment and its ``benchmark.json`` records where it came from.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ def _portable(entry: dict[str, Any]) -> dict[str, Any]:
 def same_split(first: Path, second: Path) -> bool:
     """Whether two split files hold the same volumes in every part (pretrain, train, val, test)."""
     a, b = (json.loads(Path(p).read_text()) for p in (first, second))
-    if set(a) != set(b):
-        return False
-    return all(sorted(map(json.dumps, map(_portable, a[k]))) == sorted(map(json.dumps, map(_portable, b[k]))) for k in a)
+    def volumes(part: list[dict[str, Any]]) -> list[str]:
+        return sorted(json.dumps(_portable(entry), sort_keys=True) for entry in part)
+
+    return set(a) == set(b) and all(volumes(a[k]) == volumes(b[k]) for k in a)
 
 
 def _settings(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +88,7 @@ def import_pretraining(cell: PretrainCell, sources: list[Path]) -> Path | None:
     own (finished or interrupted) is never replaced.
 
     Returns:
-        the folder taken, or None.
+        the folder taken (the caller logs it), or None; each source not taken is logged with its reason.
     """
     if cell.folder.exists():
         return None
@@ -101,6 +102,5 @@ def import_pretraining(cell: PretrainCell, sources: list[Path]) -> Path | None:
         shutil.copytree(other.folder, partial, copy_function=_link_or_copy)
         os.replace(partial, cell.folder)
         write_status(cell.folder, {**read_status(other.folder), "reused_from": str(other.folder)})
-        logger.info("pretrain %s: taken from %s (%s).", cell.method, other.folder, reason)
         return other.folder
     return None

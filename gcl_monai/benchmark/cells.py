@@ -14,11 +14,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from gcl_monai.benchmark.bundles import bundle_config, parse_bundle_item, run_bundle
 from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 from gcl_monai.benchmark.report import read_scalars
 from gcl_monai.data import num_slices
 from gcl_monai.handlers import RepresentationCollapse
+from gcl_monai.networks import ENCODER_PREFIXES
 from gcl_monai.losses import chance_level
 
 __all__ = [
@@ -62,7 +65,7 @@ def write_status(folder: Path, status: Mapping[str, Any]) -> None:
 
 
 def _config_value(cell: PretrainCell, key: str) -> Any:
-    return cell.overrides[key] if key in cell.overrides else bundle_config(cell.bundle, "pretrain")[key]
+    return cell.overrides[key] if key in cell.overrides else bundle_config(cell.bundle, cell.config)[key]
 
 
 def tensorboard_collapse(
@@ -109,7 +112,10 @@ def run_pretrain(cell: PretrainCell) -> str:
     outcome, message = "failed", ""
     start = time.time()
     try:
-        run_bundle(cell.bundle, "pretrain", "pretrain", cell.overrides)
+        if cell.config == "train":
+            _run_supervised_pretraining(cell)
+        else:
+            run_bundle(cell.bundle, "pretrain", "pretrain", cell.overrides)
         outcome = "finished"
     except Exception as error:  # reported in the CSV; the other methods still run
         collapse = _cause(error, RepresentationCollapse)
@@ -141,16 +147,34 @@ def run_pretrain(cell: PretrainCell) -> str:
     return outcome
 
 
+def _run_supervised_pretraining(cell: PretrainCell) -> None:
+    """
+    ``train.json`` with the cell's overrides, then the trained U-Net's encoder (``conv_0.*`` .. ``down_4.*``, the keys
+    of :py:data:`gcl_monai.networks.ENCODER_PREFIXES`) written to ``encoder.pt``, as a contrastive pre-training
+    leaves it.
+    """
+    labelled = parse_bundle_item(cell.bundle, "train", "labeled", cell.overrides)
+    resolve_iterations(cell.overrides, labelled)
+    run_bundle(cell.bundle, "train", "run", cell.overrides)
+    model = torch.load(Path(cell.overrides["ckpt_dir"]) / "model.pt", map_location="cpu", weights_only=True)
+    encoder = {k: v for k, v in model.items() if k.startswith(ENCODER_PREFIXES)}
+    if not encoder:
+        raise KeyError(f"{cell.overrides['ckpt_dir']}/model.pt holds no encoder key ({', '.join(ENCODER_PREFIXES)}).")
+    tmp = cell.folder / "encoder.pt.tmp"
+    torch.save(encoder, tmp)
+    os.replace(tmp, cell.folder / "encoder.pt")
+
+
 def labelled_subset(cell: FinetuneCell) -> list[dict]:
     """The labelled volumes of a fine-tuning cell, as the bundle draws them (its ``labeled`` item)."""
     return parse_bundle_item(cell.bundle, "train", "labeled", cell.train_overrides)
 
 
-def resolve_iterations(cell: FinetuneCell, labelled: list[dict]) -> None:
+def resolve_iterations(train_overrides: dict[str, Any], labelled: list[dict]) -> None:
     """With ``iterations_per_epoch`` None (the paper's epochs), one pass over the labelled slices per epoch."""
-    if cell.train_overrides.get("iterations_per_epoch", 0) is None:
+    if train_overrides.get("iterations_per_epoch", 0) is None:
         slices = sum(num_slices(item) for item in labelled)
-        cell.train_overrides["iterations_per_epoch"] = math.ceil(slices / cell.train_overrides["batch_size"])
+        train_overrides["iterations_per_epoch"] = math.ceil(slices / train_overrides["batch_size"])
 
 
 def last_validation_dice(cell: FinetuneCell) -> float:
@@ -172,7 +196,7 @@ def run_finetune(cell: FinetuneCell) -> str:
     status = read_status(cell.folder)
     try:
         if not (status.get("trained") or status.get("status") == "finished"):
-            resolve_iterations(cell, labelled_subset(cell))
+            resolve_iterations(cell.train_overrides, labelled_subset(cell))
             start = time.time()
             run_bundle(cell.bundle, "train", "run", cell.train_overrides)
             status["finetune_seconds"] = time.time() - start

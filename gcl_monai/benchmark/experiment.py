@@ -101,11 +101,15 @@ class Experiment:
 
 @dataclass
 class PretrainCell:
-    """The pre-training of one method (shared by all its fine-tuning cells)."""
+    """
+    The pre-training of one method (shared by all its fine-tuning cells): a run of the bundle's ``pretrain.json``,
+    or, for a supervised pre-training, of its ``train.json`` whose model's encoder is then exported.
+    """
 
     method: str
     bundle: Path
     overrides: dict[str, Any]
+    config: str = "pretrain"
 
     @property
     def folder(self) -> Path:

@@ -36,7 +36,9 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
     methods = []
     for name in preset.methods:
         owner = METHODS[name].pretrain_method
-        if owner is not None and owner not in pretrain:
+        if owner is not None and owner not in pretrain and METHODS[owner].supervised_pretraining:
+            pretrain[owner] = _supervised_pretrain_cell(experiment, owner)
+        elif owner is not None and owner not in pretrain:
             try:
                 method_overrides = METHODS[owner].pretrain_overrides(dataset_meta)
             except UnsupportedMethod as error:
@@ -98,6 +100,25 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
     return list(pretrain.values()), finetune_cells
 
 
+def _supervised_pretrain_cell(experiment: Experiment, name: str) -> PretrainCell:
+    """
+    A supervised pre-training: ``train.json`` of the pre-training dataset with every training patient labelled and
+    the preset's fine-tuning settings (the fully supervised row's training, with a fixed seed), from random weights.
+    """
+    cell = PretrainCell(name, experiment.bundle(experiment.source), {}, config="train")
+    cell.overrides = {
+        **experiment.overrides(experiment.source),
+        **experiment.preset.finetune,
+        **METHODS["fully_supervised"].finetune_overrides(),
+        "init": "random",
+        "num_labeled": ALL_LABELLED,
+        "draw": 0,
+        "seed": 0,
+    }
+    cell.overrides.update(output_dir=str(cell.folder), ckpt_dir=str(cell.folder / "models"))
+    return cell
+
+
 def execution_order(pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> list[PretrainCell | FinetuneCell]:
     """
     Paired groups first: the fine-tuning cells of one (L, draw, seed) for every method, group after group, each
@@ -147,7 +168,9 @@ def write_plan(experiment: Experiment, pretrain: list[PretrainCell], finetune: l
         "cuts": preset_cuts(experiment.preset),
         "methods": list(dict.fromkeys(c.method for c in finetune)),
         "labels": {m: METHODS[m].label for m in experiment.preset.methods},
-        "pretrain": {c.method: {"bundle": str(c.bundle), "overrides": c.overrides} for c in pretrain},
+        "pretrain": {
+            c.method: {"bundle": str(c.bundle), "config": c.config, "overrides": c.overrides} for c in pretrain
+        },
     }
     path = experiment.folder / "plan.json"
     path.write_text(json.dumps(plan, indent=1))
@@ -180,8 +203,9 @@ def describe(experiment: Experiment, cells: list[PretrainCell | FinetuneCell]) -
     for i, cell in enumerate(cells):
         if isinstance(cell, PretrainCell):
             done = " [done]" if pretrain_done(cell) else ""
-            overrides = own(cell.overrides, "pretrain.json")
-            lines.append(f"{i + 1:4d}. {cell.label}{done}: {cell.bundle.name} pretrain.json {overrides}")
+            config = f"{cell.config}.json"
+            overrides = own(cell.overrides, config)
+            lines.append(f"{i + 1:4d}. {cell.label}{done}: {cell.bundle.name} {config} {overrides}")
         else:
             done = " [done]" if cell.finished() else ""
             overrides = own(cell.train_overrides, "train.json")

@@ -52,6 +52,9 @@ class Method:
             ``"vat"``, ``"mean_teacher"`` or ``"mixup"``), combined with any initialisation.
         fully_supervised: fine-tune with every training patient labelled (Table 3's last row): one cell per repeat
             at L = :data:`ALL_LABELLED` instead of one per L.
+        supervised_pretraining: the encoder comes from a U-Net trained, with the preset's fine-tuning settings, on
+            every training patient labelled (the fully supervised row's training, run once): a reference for how
+            far any initialisation learnt on these patients could lift the few-label Dice, not a method of the paper.
     """
 
     name: str
@@ -65,11 +68,13 @@ class Method:
     recipe: str = "gcl"
     semi_supervised: str | None = None
     fully_supervised: bool = False
+    supervised_pretraining: bool = False
 
     @property
     def pretrain_method(self) -> str | None:
         """The pre-training run this method fine-tunes from (None: random initialisation)."""
-        return self.encoder_of or (self.name if self.meta_labels is not None else None)
+        own = self.meta_labels is not None or self.supervised_pretraining
+        return self.encoder_of or (self.name if own else None)
 
     def pretrain_overrides(self, dataset_meta_labels: Sequence[str]) -> dict[str, Any]:
         """
@@ -83,7 +88,7 @@ class Method:
             UnsupportedMethod: a meta label is not one of the dataset's.
         """
         if self.meta_labels is None:
-            raise ValueError(f"method {self.name!r} has no pre-training of its own.")
+            raise ValueError(f"method {self.name!r} has no contrastive pre-training of its own.")
         labels = list(dataset_meta_labels) if self.meta_labels == ALL else list(self.meta_labels)
         missing = [m for m in labels if m is not None and m not in dataset_meta_labels]
         if missing:
@@ -138,11 +143,13 @@ METHODS: dict[str, Method] = {
         Method("gcl_mixup", "Ours + Mixup", None, encoder_of="gcl", semi_supervised="mixup"),
         Method("gcl_mean_teacher", "Ours + M.T.", None, encoder_of="gcl", semi_supervised="mean_teacher"),
         Method("fully_supervised", "Fully Superv.", None, fully_supervised=True),
+        # a reference beside Table 1: the encoder of the fully supervised U-Net, fine-tuned like the others
+        Method("supervised_encoder", "Fully superv. encoder (reference)", None, supervised_pretraining=True),
     )
 }
 #: the rows of Tables 1 and 4 (pre-training methods and ablations) and of Table 3 (semi-supervised fine-tuning)
 PRETRAINING_METHODS = tuple(m for m, method in METHODS.items() if method.semi_supervised is None
-                            and not method.fully_supervised)
+                            and not method.fully_supervised and not method.supervised_pretraining)
 SEMI_SUPERVISED_METHODS = ("random", "vat", "mean_teacher", "mixup", "gcl", "gcl_mixup", "gcl_mean_teacher",
                            "fully_supervised")
 ALL_METHODS = tuple(METHODS)

@@ -3,7 +3,7 @@ Taking a finished pre-training from another experiment instead of running it aga
 
 The paper's Tables 1, 3 and 4 fine-tune the same pre-trained encoders; an experiment that adds rows (e.g. the
 semi-supervised methods of Table 3) need not pay for a pre-training that another experiment already ran. A
-pre-training is taken only when it is the same run: the same method, the same ``pretrain.json`` overrides (apart
+pre-training is taken only when it is the same run: the same method, the same bundle config and overrides (apart
 from the experiment's own folders and the device) and the same patients in every part of the split. Its folder is
 linked (or copied) into this experiment and its ``benchmark.json`` records where it came from.
 """
@@ -26,7 +26,7 @@ logger = logging.getLogger("gcl_monai.benchmark")
 
 #: overrides that differ between experiments without changing what is pre-trained: the experiment's own folders, and
 #: the device (which changes only the rounding).
-IGNORED_KEYS = ("work_dir", "split_file", "device")
+IGNORED_KEYS = ("work_dir", "split_file", "output_dir", "ckpt_dir", "device")
 
 
 def _portable(entry: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +60,10 @@ def find_reusable(cell: PretrainCell, source: Path) -> tuple[PretrainCell | None
         return None, f"{source} has no pre-training of {cell.method}"
     # the stored folders are those of the run; the experiment folder may have moved since
     folders = {"work_dir": str(source), "split_file": str(Path(source) / Path(stored["overrides"]["split_file"]).name)}
-    other = PretrainCell(cell.method, Path(stored["bundle"]), {**stored["overrides"], **folders})
+    other = PretrainCell(cell.method, Path(stored["bundle"]), {**stored["overrides"], **folders},
+                         stored.get("config", "pretrain"))
+    if other.config != cell.config:
+        return None, f"{source}'s pre-training of {cell.method} ran {other.config}.json, not {cell.config}.json"
     theirs, ours = _settings(other.overrides), _settings(cell.overrides)
     if theirs != ours:
         differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))

@@ -184,6 +184,30 @@ def test_fully_supervised_cell_labels_every_training_patient(tmp_path):
     assert labelled == {d["patient_id"] for d in split["pretrain"] + split["train"]} and len(labelled) > 2
 
 
+def test_supervised_encoder_reference_is_a_train_json_pretraining(tmp_path):
+    preset = PRESETS["cpu-mini"].replace(methods=("random", "supervised_encoder"), repeats=2)
+    experiment = Experiment("ref", "demo", preset, results_dir=tmp_path)
+    (pretrain,), finetune = plan_cells(experiment)
+    assert pretrain.config == "train" and pretrain.method == "supervised_encoder"
+    assert pretrain.folder == tmp_path / "ref" / "pretrain" / "supervised_encoder"
+    assert pretrain.overrides["output_dir"] == str(pretrain.folder)
+    assert pretrain.overrides["ckpt_dir"] == str(pretrain.folder / "models")
+    assert pretrain.overrides["init"] == "random" and pretrain.overrides["num_labeled"] == ALL_LABELLED
+    assert pretrain.overrides["labeled"] == "$@split['pretrain'] + @split['train']"
+    for key, value in preset.finetune.items():  # the fully supervised row's training
+        assert pretrain.overrides[key] == value
+    assert cells._config_value(pretrain, "epochs") == preset.finetune["epochs"]
+    reference = [c for c in finetune if c.method == "supervised_encoder"]
+    assert [(c.num_labeled, c.draw) for c in reference] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert all(c.pretrain is pretrain and c.train_overrides["init"] == "supervised_encoder" for c in reference)
+    assert reference[0].train_overrides["pretrained_path"] == str(pretrain.folder / "encoder.pt")
+    assert "supervised_encoder" not in PRETRAINING_METHODS  # a reference, not a row of the paper
+    experiment.folder.mkdir()
+    plan.write_plan(experiment, [pretrain], finetune)
+    stored = json.loads((experiment.folder / "plan.json").read_text())["pretrain"]["supervised_encoder"]
+    assert stored["config"] == "train"
+
+
 def test_report_shows_the_fully_supervised_column_and_the_paper_numbers(tmp_path):
     rows = [_row("random", 1, d, 0.4 + d / 10) for d in range(3)] + [_row("random", 2, d, 0.6) for d in range(3)]
     rows += [_row("mean_teacher", 1, d, 0.6) for d in range(3)]
@@ -496,6 +520,17 @@ def test_pretrain_from_takes_only_the_same_run(tmp_path):
     assert "not finished" in find_reusable(cell, source.folder)[1]
 
 
+def test_pretrain_from_refuses_another_config(tmp_path):
+    from gcl_monai.benchmark.reuse import find_reusable
+
+    split = {k: [{"image": f"/a/{k}.h5#image", "patient": k}] for k in ("pretrain", "train", "val", "test")}
+    source, stored = _finished_pretraining(tmp_path, "src", PRESETS["cpu-mini"], split)
+    cell = PretrainCell("simclr", stored.bundle, dict(stored.overrides), config="train")
+    assert find_reusable(cell, source.folder) == (
+        None, f"{source.folder}'s pre-training of simclr ran pretrain.json, not train.json"
+    )
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 
 
@@ -543,3 +578,23 @@ def test_end_to_end_on_the_phantom(tmp_path):
     reused = tmp_path / "reuse" / "pretrain" / "simclr"
     assert (reused / "encoder.pt").read_bytes() == (folder / "pretrain" / "simclr" / "encoder.pt").read_bytes()
     assert [r["status"] for r in read_results(tmp_path / "reuse" / "results.csv")] == ["ok", "ok"]
+
+
+@pytest.mark.slow
+def test_supervised_encoder_end_to_end_on_the_phantom(tmp_path):
+    argv = [
+        "--data", "demo", "--results-dir", str(tmp_path), "--name", "ref", "--methods", "supervised_encoder",
+        "--num-labeled", "1", "--repeats", "1", "--finetune-iterations", "6", "--image-size", "32",
+        "--features", "4", "4", "8", "8", "16", "4",
+    ]
+    assert main(argv) == 0
+    folder = tmp_path / "ref" / "pretrain" / "supervised_encoder"
+    model = torch.load(folder / "models" / "model.pt", weights_only=True)
+    encoder = torch.load(folder / "encoder.pt", weights_only=True)
+    assert set(encoder) == {k for k in model if k.startswith(("conv_0.", "down_1.", "down_2.", "down_3.", "down_4."))}
+    assert any(k.startswith("upcat_") for k in model) and all(torch.equal(v, model[k]) for k, v in encoder.items())
+    assert cells.read_status(folder)["status"] == "finished"
+    rows = read_results(tmp_path / "ref" / "results.csv")
+    assert {r["status"] for r in rows} == {"ok"} and {r["method"] for r in rows} == {"supervised_encoder"}
+    log = (tmp_path / "ref" / "progress.log").read_text()
+    assert "pretrain supervised_encoder: finished in" in log

@@ -105,8 +105,8 @@ def _supervised_pretrain_cell(experiment: Experiment, name: str) -> PretrainCell
     A supervised pre-training: ``train.json`` of the pre-training dataset with every training patient labelled and
     the preset's fine-tuning settings (the fully supervised row's training, with a fixed seed), from random weights.
     """
-    cell = PretrainCell(name, experiment.bundle(experiment.source), {}, config="train")
-    cell.overrides = {
+    folder = experiment.folder / "pretrain" / name  # PretrainCell.folder
+    overrides = {
         **experiment.overrides(experiment.source),
         **experiment.preset.finetune,
         **METHODS["fully_supervised"].finetune_overrides(),
@@ -114,9 +114,10 @@ def _supervised_pretrain_cell(experiment: Experiment, name: str) -> PretrainCell
         "num_labeled": ALL_LABELLED,
         "draw": 0,
         "seed": 0,
+        "output_dir": str(folder),
+        "ckpt_dir": str(folder / "models"),
     }
-    cell.overrides.update(output_dir=str(cell.folder), ckpt_dir=str(cell.folder / "models"))
-    return cell
+    return PretrainCell(name, experiment.bundle(experiment.source), overrides, config="train")
 
 
 def execution_order(pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> list[PretrainCell | FinetuneCell]:

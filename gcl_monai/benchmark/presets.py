@@ -52,6 +52,8 @@ class Method:
             ``"vat"``, ``"mean_teacher"`` or ``"mixup"``), combined with any initialisation.
         fully_supervised: fine-tune with every training patient labelled (Table 3's last row): one cell per repeat
             at L = :data:`ALL_LABELLED` instead of one per L.
+        shrink_perturb: fine-tune a pre-trained encoder with the bundles' default shrink and perturb (``train.json``'s
+            ``shrink_perturb``, docs/finetuning.md); False fine-tunes the loaded weights as they are, as the paper does.
         supervised_pretraining: the encoder comes from a U-Net trained, with the preset's fine-tuning settings, on
             every training patient labelled (the fully supervised row's training, run once): a reference for how
             far any initialisation learnt on these patients could lift the few-label Dice, not a method of the paper.
@@ -68,6 +70,7 @@ class Method:
     recipe: str = "gcl"
     semi_supervised: str | None = None
     fully_supervised: bool = False
+    shrink_perturb: bool = True
     supervised_pretraining: bool = False
 
     @property
@@ -112,6 +115,8 @@ class Method:
             out["semi_supervised"] = self.semi_supervised
         if self.fully_supervised:
             out["labeled"] = "$@split['pretrain'] + @split['train']"
+        if not self.shrink_perturb:
+            out["shrink_perturb"] = False
         return out
 
 
@@ -143,13 +148,20 @@ METHODS: dict[str, Method] = {
         Method("gcl_mixup", "Ours + Mixup", None, encoder_of="gcl", semi_supervised="mixup"),
         Method("gcl_mean_teacher", "Ours + M.T.", None, encoder_of="gcl", semi_supervised="mean_teacher"),
         Method("fully_supervised", "Fully Superv.", None, fully_supervised=True),
+        # pre-trained encoders fine-tuned as loaded (the paper's fine-tuning, without the bundles' shrink and perturb)
+        Method("simclr_plain", "SimCLR (Base), plain fine-tuning", None, encoder_of="simclr", shrink_perturb=False),
+        Method("gcl_plain", "GCL (full model), plain fine-tuning", None, encoder_of="gcl", shrink_perturb=False),
         # a reference beside Table 1: the encoder of the fully supervised U-Net, fine-tuned like the others
         Method("supervised_encoder", "Fully superv. encoder (reference)", None, supervised_pretraining=True),
+        Method(
+            "supervised_encoder_plain", "Fully superv. encoder (reference), plain fine-tuning", None,
+            encoder_of="supervised_encoder", shrink_perturb=False,
+        ),
     )
 }
 #: the rows of Tables 1 and 4 (pre-training methods and ablations) and of Table 3 (semi-supervised fine-tuning)
-PRETRAINING_METHODS = tuple(m for m, method in METHODS.items() if method.semi_supervised is None
-                            and not method.fully_supervised and not method.supervised_pretraining)
+PRETRAINING_METHODS = ("random", "simclr", "meta_patient", "meta_quantile", "meta_state", "multi_meta",
+                       "multi_meta_mitigator", "pixcl", "pixcl_gradfilter", "gcl_frozen", "gcl", "gcl_paper")
 SEMI_SUPERVISED_METHODS = ("random", "vat", "mean_teacher", "mixup", "gcl", "gcl_mixup", "gcl_mean_teacher",
                            "fully_supervised")
 ALL_METHODS = tuple(METHODS)

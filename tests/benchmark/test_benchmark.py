@@ -202,10 +202,27 @@ def test_supervised_encoder_reference_is_a_train_json_pretraining(tmp_path):
     assert all(c.pretrain is pretrain and c.train_overrides["init"] == "supervised_encoder" for c in reference)
     assert reference[0].train_overrides["pretrained_path"] == str(pretrain.folder / "encoder.pt")
     assert "supervised_encoder" not in PRETRAINING_METHODS  # a reference, not a row of the paper
+    assert "shrink_perturb" not in reference[0].train_overrides  # the bundle's default fine-tuning
     experiment.folder.mkdir()
     plan.write_plan(experiment, [pretrain], finetune)
     stored = json.loads((experiment.folder / "plan.json").read_text())["pretrain"]["supervised_encoder"]
     assert stored["config"] == "train"
+
+
+def test_plain_fine_tuning_methods_share_the_pretraining_and_switch_off_shrink_perturb(tmp_path):
+    preset = PRESETS["cpu-mini"].replace(
+        methods=("random", "gcl", "gcl_plain", "supervised_encoder", "supervised_encoder_plain"), repeats=1
+    )
+    pretrain, finetune = plan_cells(Experiment("p", "demo", preset, results_dir=tmp_path))
+    assert [c.method for c in pretrain] == ["gcl", "supervised_encoder"]
+    by_method = {c.method: c for c in finetune if c.num_labeled == 1}
+    for plain, owner in (("gcl_plain", "gcl"), ("supervised_encoder_plain", "supervised_encoder")):
+        assert by_method[plain].train_overrides["shrink_perturb"] is False
+        assert "shrink_perturb" not in by_method[owner].train_overrides
+        assert by_method[plain].pretrain is by_method[owner].pretrain
+        assert by_method[plain].train_overrides["init"] == owner
+    assert "shrink_perturb" not in by_method["random"].train_overrides
+    assert not {"gcl_plain", "simclr_plain", "supervised_encoder_plain"} & set(PRETRAINING_METHODS)
 
 
 def test_report_shows_the_fully_supervised_column_and_the_paper_numbers(tmp_path):

@@ -209,20 +209,20 @@ def test_supervised_encoder_reference_is_a_train_json_pretraining(tmp_path):
     assert stored["config"] == "train"
 
 
-def test_plain_fine_tuning_methods_share_the_pretraining_and_switch_off_shrink_perturb(tmp_path):
+def test_shrink_perturb_methods_share_the_pretraining_and_switch_it_on(tmp_path):
     preset = PRESETS["cpu-mini"].replace(
-        methods=("random", "gcl", "gcl_plain", "supervised_encoder", "supervised_encoder_plain"), repeats=1
+        methods=("random", "gcl", "gcl_sp", "supervised_encoder", "supervised_encoder_sp"), repeats=1
     )
     pretrain, finetune = plan_cells(Experiment("p", "demo", preset, results_dir=tmp_path))
     assert [c.method for c in pretrain] == ["gcl", "supervised_encoder"]
     by_method = {c.method: c for c in finetune if c.num_labeled == 1}
-    for plain, owner in (("gcl_plain", "gcl"), ("supervised_encoder_plain", "supervised_encoder")):
-        assert by_method[plain].train_overrides["shrink_perturb"] is False
-        assert "shrink_perturb" not in by_method[owner].train_overrides
-        assert by_method[plain].pretrain is by_method[owner].pretrain
-        assert by_method[plain].train_overrides["init"] == owner
+    for sp, owner in (("gcl_sp", "gcl"), ("supervised_encoder_sp", "supervised_encoder")):
+        assert by_method[sp].train_overrides["shrink_perturb"] == [0.5, 1.0]
+        assert "shrink_perturb" not in by_method[owner].train_overrides  # the bundles' plain fine-tuning
+        assert by_method[sp].pretrain is by_method[owner].pretrain
+        assert by_method[sp].train_overrides["init"] == owner
     assert "shrink_perturb" not in by_method["random"].train_overrides
-    assert not {"gcl_plain", "simclr_plain", "supervised_encoder_plain"} & set(PRETRAINING_METHODS)
+    assert not {"gcl_sp", "simclr_sp", "supervised_encoder_sp"} & set(PRETRAINING_METHODS)
 
 
 def test_report_shows_the_fully_supervised_column_and_the_paper_numbers(tmp_path):

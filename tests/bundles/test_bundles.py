@@ -149,17 +149,17 @@ def test_finetune_starts_from_the_pretrained_encoder(demo_root):
 @pytest.mark.parametrize(
     ("override", "applied"),
     [
-        ({}, True),
-        ({"init": "random"}, False),
-        ({"freeze_encoder": True}, False),
+        ({}, False),
         ({"shrink_perturb": None}, False),
-        ({"shrink_perturb": False}, False),
+        ({"shrink_perturb": [0.5, 1.0]}, True),
+        ({"shrink_perturb": [0.5, 1.0], "init": "random"}, False),
+        ({"shrink_perturb": [0.5, 1.0], "freeze_encoder": True}, False),
     ],
 )
 def test_shrink_perturb_acts_after_loading_the_pretrained_encoder(override, applied, demo_root):
-    """By default the loaded encoder's convolution weights become 0.5 * w + 1.0 * w0 on STARTED, after the
-    CheckpointLoader; random initialisation has nothing to shrink, a frozen encoder is evaluated as pre-trained, and
-    ``--shrink_perturb False`` (``null`` in a config) is the paper's plain fine-tuning."""
+    """By default the loaded encoder is fine-tuned as it is (the paper's fine-tuning). With ``--shrink_perturb
+    "[0.5, 1.0]"`` its convolution weights become 0.5 * w + 1.0 * w0 on STARTED, after the CheckpointLoader; random
+    initialisation has nothing to shrink and a frozen encoder is evaluated as pre-trained."""
     wf = ConfigWorkflow(config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(demo_root),
                         run_id="run", **{**TINY_FT, **override})
     wf.initialize()

@@ -122,7 +122,7 @@ class Method:
 
 
 #: shrink and perturb of the ``*_sp`` rows: ``0.5 w + 1.0 w0`` (the value chosen on ACDC validation at Adam 1e-3)
-SP = (0.5, 1.0)
+SHRINK_PERTURB = (0.5, 1.0)
 
 #: ``num_labeled`` of a fully supervised cell: every training patient labelled (shown as "all" in the tables).
 ALL_LABELLED = 0
@@ -153,13 +153,15 @@ METHODS: dict[str, Method] = {
         Method("gcl_mean_teacher", "Ours + M.T.", None, encoder_of="gcl", semi_supervised="mean_teacher"),
         Method("fully_supervised", "Fully Superv.", None, fully_supervised=True),
         # pre-trained encoders shrunk and perturbed before fine-tuning (a measured option, not the paper's fine-tuning)
-        Method("simclr_sp", "SimCLR (Base), shrink and perturb", None, encoder_of="simclr", shrink_perturb=SP),
-        Method("gcl_sp", "GCL (full model), shrink and perturb", None, encoder_of="gcl", shrink_perturb=SP),
+        Method("simclr_sp", "SimCLR (Base), shrink and perturb", None, encoder_of="simclr",
+               shrink_perturb=SHRINK_PERTURB),
+        Method("gcl_sp", "GCL (full model), shrink and perturb", None, encoder_of="gcl",
+               shrink_perturb=SHRINK_PERTURB),
         # a reference beside Table 1: the encoder of the fully supervised U-Net, fine-tuned like the others
         Method("supervised_encoder", "Fully superv. encoder (reference)", None, supervised_pretraining=True),
         Method(
             "supervised_encoder_sp", "Fully superv. encoder (reference), shrink and perturb", None,
-            encoder_of="supervised_encoder", shrink_perturb=SP,
+            encoder_of="supervised_encoder", shrink_perturb=SHRINK_PERTURB,
         ),
     )
 }

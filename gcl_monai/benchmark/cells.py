@@ -19,6 +19,7 @@ import torch
 from gcl_monai.benchmark.bundles import bundle_config, parse_bundle_item, run_bundle
 from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 from gcl_monai.benchmark.report import read_scalars
+from gcl_monai.benchmark.settings import SETTINGS_KEY, cell_settings
 from gcl_monai.data import num_slices
 from gcl_monai.handlers import RepresentationCollapse
 from gcl_monai.networks import ENCODER_PREFIXES
@@ -106,8 +107,14 @@ def pretrain_done(cell: PretrainCell) -> bool:
 
 
 def run_pretrain(cell: PretrainCell) -> str:
-    """Runs (or resumes) a pre-training; returns its status: ``finished``, ``collapsed`` or ``failed``."""
+    """
+    Runs (or resumes) a pre-training; returns its status: ``finished``, ``collapsed`` or ``failed``. The status
+    file records the run's settings (:py:mod:`gcl_monai.benchmark.settings`) from its start.
+    """
     status = read_status(cell.folder)
+    settings = cell_settings(cell)
+    # written first: a run killed outright still leaves its settings beside its checkpoints
+    write_status(cell.folder, {**status, "status": "interrupted", SETTINGS_KEY: settings})
     epochs, batch_size = _config_value(cell, "epochs"), _config_value(cell, "batch_size")
     outcome, message = "failed", ""
     start = time.time()
@@ -124,7 +131,8 @@ def run_pretrain(cell: PretrainCell) -> str:
         outcome, message = ("collapsed", str(collapse)) if collapse else ("failed", repr(error))
     finally:
         seconds = status.get("seconds", 0.0) + time.time() - start
-        write_status(cell.folder, {"status": "interrupted", "seconds": seconds, "epochs": epochs})
+        interrupted = {"status": "interrupted", "seconds": seconds, "epochs": epochs, SETTINGS_KEY: settings}
+        write_status(cell.folder, interrupted)
     collapsed, loss, std = tensorboard_collapse(cell.folder / "tensorboard", batch_size)
     if outcome == "finished" and collapsed:
         outcome, message = "collapsed", f"final image-wise losses at ln(2B-1) or std/img {std} below 1e-3"
@@ -142,6 +150,7 @@ def run_pretrain(cell: PretrainCell) -> str:
             "final_loss": loss,
             "final_std": std,
             "message": message,
+            SETTINGS_KEY: settings,
         },
     )
     return outcome
@@ -192,10 +201,12 @@ def run_finetune(cell: FinetuneCell) -> str:
     """
     Fine-tunes (unless a previous run of the cell finished training) and evaluates on every test set without a
     ``dice.json``. A ``model.pt`` left by an interrupted fine-tuning is a partly trained model: it is retrained.
+    The status file records the training's settings (:py:mod:`gcl_monai.benchmark.settings`).
     """
     status = read_status(cell.folder)
     try:
         if not (status.get("trained") or status.get("status") == "finished"):
+            status[SETTINGS_KEY] = cell_settings(cell)
             resolve_iterations(cell.train_overrides, labelled_subset(cell))
             start = time.time()
             run_bundle(cell.bundle, "train", "run", cell.train_overrides)

@@ -1,22 +1,34 @@
 """
 The plan of an experiment: its cells in execution order, ``plan.json`` (a rerun with other settings under the same
-name is refused) and the dry-run description.
+name is refused, and so is a cell on disk that ran with other settings than the plan gives it) and the dry-run
+description.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gcl_monai.benchmark.bundles import bundle_config
-from gcl_monai.benchmark.cells import pretrain_done
+from gcl_monai.benchmark.cells import pretrain_done, read_status
 from gcl_monai.benchmark.experiment import EXTERNAL_TEST, INTERNAL_TEST, Experiment, FinetuneCell, PretrainCell
 from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS, UnsupportedMethod, preset_cuts
+from gcl_monai.benchmark.settings import SETTINGS_KEY, cell_settings, changed_settings
 
-__all__ = ["check_plan", "describe", "describe_header", "execution_order", "plan_cells", "write_plan"]
+__all__ = [
+    "check_cell_settings",
+    "check_plan",
+    "describe",
+    "describe_header",
+    "execution_order",
+    "plan_cells",
+    "whole_experiment",
+    "write_plan",
+]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
@@ -161,6 +173,68 @@ def check_plan(experiment: Experiment) -> None:
                 f"{path}: preset {key} was {stored['preset'].get(key)!r}, now {value!r}; results of different settings "
                 "must not be mixed: use another --name."
             )
+
+
+def check_cell_settings(cells: Sequence[PretrainCell | FinetuneCell]) -> int:
+    """
+    Refuses to go on when a cell that a rerun would take as done (or resume) ran with other settings than the plan
+    gives it today (:py:mod:`gcl_monai.benchmark.settings`): a pre-training with a status file, a fine-tuning that
+    finished training.
+
+    Raises:
+        ValueError: naming every such cell, the keys that differ with both values, and what to do.
+
+    Returns:
+        the number of such cells that ran before settings were recorded (not checked; logged as a warning).
+    """
+    stale, unrecorded = [], 0
+    for cell in cells:
+        status = read_status(cell.folder)
+        if isinstance(cell, FinetuneCell) and not (status.get("trained") or status.get("status") == "finished"):
+            continue  # trained again by the run
+        if not status:
+            continue
+        if SETTINGS_KEY not in status:
+            unrecorded += 1
+            continue
+        recorded, ours = status[SETTINGS_KEY], cell_settings(cell)
+        if keys := changed_settings(recorded, ours):
+            changes = ", ".join(f"{k} was {recorded.get(k, '(absent)')!r}, now {ours.get(k, '(absent)')!r}"
+                                for k in keys)
+            stale.append(f"{cell.label} ({cell.folder}): {changes}")
+    if stale:
+        raise ValueError(
+            "These cells ran with other settings than this plan gives them, and a rerun would take them as done: "
+            + "; ".join(stale)
+            + ". Delete their folders to run them again with today's settings, or use another --name."
+        )
+    if unrecorded:
+        logger.warning("%d cells ran before their settings were recorded: taken as done without a check.", unrecorded)
+    return unrecorded
+
+
+def whole_experiment(experiment: Experiment) -> Experiment:
+    """
+    ``experiment`` with the methods, values of L, draws and seeds that its folder's ``plan.json`` already holds added
+    to today's (methods in the table order of :py:data:`~gcl_monai.benchmark.presets.METHODS`): ``plan.json``,
+    ``results.csv`` and ``table.md`` then describe every cell of the folder, not only the last run's part. Call
+    :py:func:`check_plan` first (the other settings must be the same).
+    """
+    path = experiment.folder / "plan.json"
+    if not path.exists():
+        return experiment
+    stored, preset = json.loads(path.read_text())["preset"], experiment.preset
+    gone = [m for m in stored["methods"] if m not in METHODS]
+    if gone:
+        logger.warning("%s: methods %s are no longer defined; their cells are left out of the results.", path, gone)
+    methods = {*preset.methods, *stored["methods"]}
+    whole = preset.replace(
+        methods=tuple(m for m in METHODS if m in methods),
+        num_labeled=tuple(sorted({*preset.num_labeled, *stored["num_labeled"]})),
+        repeats=max(preset.repeats, stored["repeats"]),
+        seeds_per_draw=max(preset.seeds_per_draw, stored["seeds_per_draw"]),
+    )
+    return dataclasses.replace(experiment, preset=whole)
 
 
 def write_plan(experiment: Experiment, pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> Path:

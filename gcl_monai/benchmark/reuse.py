@@ -4,7 +4,9 @@ Taking a finished pre-training from another experiment instead of running it aga
 The paper's Tables 1, 3 and 4 fine-tune the same pre-trained encoders; an experiment that adds rows (e.g. the
 semi-supervised methods of Table 3) need not pay for a pre-training that another experiment already ran. A
 pre-training is taken only when it is the same run: the same method, the same bundle config and overrides (apart
-from the experiment's own folders and the device) and the same patients in every part of the split. Its folder is
+from the experiment's own folders and the device), the same settings recorded when it ran
+(:py:mod:`gcl_monai.benchmark.settings`; a run from before that record is compared on its overrides only) and the
+same patients in every part of the split. Its folder is
 linked (or copied) into this experiment and its ``benchmark.json`` records where it came from.
 """
 
@@ -19,14 +21,11 @@ from typing import Any
 
 from gcl_monai.benchmark.cells import pretrain_done, read_status, write_status
 from gcl_monai.benchmark.experiment import PretrainCell
+from gcl_monai.benchmark.settings import IGNORED_KEYS, SETTINGS_KEY, cell_settings, changed_settings
 
-__all__ = ["IGNORED_KEYS", "find_reusable", "import_pretraining", "same_split"]
+__all__ = ["find_reusable", "import_pretraining", "same_split"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
-
-#: overrides that differ between experiments without changing what is pre-trained: the experiment's own folders, and
-#: the device (which changes only the rounding).
-IGNORED_KEYS = ("work_dir", "split_file", "output_dir", "ckpt_dir", "device")
 
 
 def _portable(entry: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +73,9 @@ def find_reusable(cell: PretrainCell, source: Path) -> tuple[PretrainCell | None
         return None, f"{source} split the patients differently"
     if not pretrain_done(other):
         return None, f"{source}'s pre-training of {cell.method} has not finished"
+    recorded = read_status(other.folder).get(SETTINGS_KEY)
+    if recorded is not None and (differ := changed_settings(recorded, cell_settings(cell))):
+        return None, f"{source}'s pre-training of {cell.method} ran with other bundle settings ({', '.join(differ)})"
     return other, f"the same pre-training ({read_status(other.folder)['status']}) in {source}"
 
 

@@ -14,7 +14,9 @@ An experiment lives in ``<results_dir>/<name>/``:
 - ``results.csv``, ``table.md``, ``dice_vs_L.png``, ``pretrain_curves.png`` and ``progress.log``.
 
 Every cell is a ``monai.bundle.run`` of ``pretrain.json``, ``train.json`` or ``evaluate.json`` with overrides; a
-finished cell is skipped by a rerun and an interrupted pre-training resumes from its last checkpoint.
+finished cell is skipped by a rerun and an interrupted pre-training resumes from its last checkpoint; a cell on disk
+that ran with other settings than the plan gives it stops the run before anything starts
+(:py:func:`gcl_monai.benchmark.plan.check_cell_settings`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,16 @@ from pathlib import Path
 from gcl_monai.benchmark.bundles import parse_bundle_item
 from gcl_monai.benchmark.cells import pretrain_done, read_status, run_finetune, run_pretrain
 from gcl_monai.benchmark.experiment import Experiment, FinetuneCell, PretrainCell
-from gcl_monai.benchmark.plan import check_plan, describe, describe_header, execution_order, plan_cells, write_plan
+from gcl_monai.benchmark.plan import (
+    check_cell_settings,
+    check_plan,
+    describe,
+    describe_header,
+    execution_order,
+    plan_cells,
+    whole_experiment,
+    write_plan,
+)
 from gcl_monai.benchmark.progress import Progress, hms, past_durations
 from gcl_monai.benchmark.report import write_report
 from gcl_monai.benchmark.results import collect_rows, write_csv
@@ -71,8 +82,12 @@ def run_experiment(experiment: Experiment, dry_run: bool = False, pretrain_from:
         print(describe(experiment, cells))
         return None
     check_plan(experiment)
+    check_cell_settings(cells)
+    # plan.json, results.csv and table.md hold every cell of the folder, also those of earlier runs' methods and L
+    whole = whole_experiment(experiment)
+    every_pretrain, every_finetune = plan_cells(whole)
     experiment.folder.mkdir(parents=True, exist_ok=True)
-    write_plan(experiment, pretrain, finetune)
+    write_plan(whole, every_pretrain, every_finetune)
     with _log_to(experiment.folder / "progress.log"):
         logger.info("%s", "\n".join(describe_header(experiment, len(cells))))
         # the split files first: every method then reads the same patients
@@ -100,8 +115,8 @@ def run_experiment(experiment: Experiment, dry_run: bool = False, pretrain_from:
             if outcome == "finished":
                 progress.add(cell, time.time() - start)
             progress.log(index, cell, f"{outcome} in {hms(time.time() - start)}")
-            write_csv(collect_rows(experiment, finetune), experiment.folder / "results.csv")
-        csv_path = write_csv(collect_rows(experiment, finetune), experiment.folder / "results.csv")
+            write_csv(collect_rows(experiment, every_finetune), experiment.folder / "results.csv")
+        csv_path = write_csv(collect_rows(experiment, every_finetune), experiment.folder / "results.csv")
         write_report(experiment.folder)
         logger.info("Results in %s; table in %s.", csv_path, experiment.folder / "table.md")
     return csv_path

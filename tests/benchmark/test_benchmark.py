@@ -484,6 +484,106 @@ def test_rerun_with_other_settings_is_refused(tmp_path):
         plan.check_plan(Experiment("x", "demo", changed, results_dir=tmp_path))
 
 
+# ------------------------------------------------------------------------------------------------ recorded settings
+
+
+def test_run_settings_are_the_bundles_literals_under_the_overrides(tmp_path):
+    from gcl_monai.benchmark.settings import run_settings
+
+    bundle = Experiment("s", "demo", PRESETS["cpu-mini"], results_dir=tmp_path).bundle("demo")
+    train = json.loads((bundle / "configs" / "train.json").read_text())
+    settings = run_settings(bundle, "train", {"lr": 0.5, "features": (8, 8, 8, 8, 8, 8), "work_dir": "/x",
+                                              "device": "$torch.device('cpu')", "output_dir": "/y"})
+    assert settings["shrink_perturb"] == train["shrink_perturb"] is False  # a default of the bundle, not overridden
+    assert settings["lr"] == 0.5 and settings["features"] == [8] * 6  # the overrides win; tuples compare as lists
+    assert "labeled" not in settings and "network" not in settings  # expressions and components are not settings
+    assert not {"work_dir", "device", "output_dir", "bundle_root"} & set(settings)  # folders and the device
+
+
+def _finished_cell(cell, dice, settings=None):
+    """A fine-tuning cell on disk as run_finetune leaves it: dice.json and a status (with ``settings`` if given)."""
+    cell.dice_file("test").parent.mkdir(parents=True, exist_ok=True)
+    cell.dice_file("test").write_text(json.dumps({"dice": dice, "dice_per_class": {"a": dice}, "num_volumes": 2}))
+    status = {"status": "finished", "trained": True, "val_dice": math.nan}
+    cells.write_status(cell.folder, status if settings is None else {**status, "settings": settings})
+
+
+def test_cells_run_with_other_settings_are_refused_not_taken_as_done(tmp_path):
+    from gcl_monai.benchmark.settings import cell_settings
+
+    experiment = Experiment("r", "demo", PRESETS["cpu-mini"].replace(methods=("random", "simclr"), num_labeled=(1,),
+                                                                      repeats=3), results_dir=tmp_path)
+    (pretrain,), finetune = plan_cells(experiment)
+    same, earlier_default, unrecorded, simclr_cells = finetune[0], finetune[1], finetune[2], finetune[3:]
+    _finished_cell(same, 0.5, cell_settings(same))
+    # trained while train.json's default was shrink and perturb: the overrides alone are the same as today's
+    _finished_cell(earlier_default, 0.5, {**cell_settings(earlier_default), "shrink_perturb": [0.5, 1.0]})
+    _finished_cell(unrecorded, 0.5)  # trained before settings were recorded
+    with pytest.raises(ValueError, match=r"random_L1_d1_s1 .*shrink_perturb was \[0.5, 1.0\], now False"):
+        plan.check_cell_settings([pretrain, *finetune])
+    shutil.rmtree(earlier_default.folder)  # what the message asks for: the cell is then trained again
+    assert plan.check_cell_settings([pretrain, *finetune]) == 1  # the unrecorded cell, logged and not checked
+
+    # a fine-tuning that did not finish training is trained again whatever it recorded
+    cells.write_status(simclr_cells[0].folder, {"status": "failed", "settings": {"lr": 1.0}})
+    assert plan.check_cell_settings(finetune) == 1
+    # a pre-training is resumed from its checkpoints: its record is checked as soon as it has a status
+    cells.write_status(pretrain.folder, {"status": "interrupted", "settings": {**cell_settings(pretrain), "lr": 1.0}})
+    with pytest.raises(ValueError, match=r"pretrain simclr .*lr was 1.0, now 0.0001"):
+        plan.check_cell_settings([pretrain])
+
+
+def test_runs_record_their_settings(tmp_path, monkeypatch):
+    from gcl_monai.benchmark.settings import cell_settings
+
+    experiment = Experiment("w", "demo", PRESETS["cpu-mini"].replace(methods=("simclr",), num_labeled=(1,), repeats=1),
+                            results_dir=tmp_path)
+    (pretrain,), (finetune,) = plan_cells(experiment)
+    seen = {}
+
+    def killed(bundle, config, workflow, overrides):
+        seen["status"] = cells.read_status(pretrain.folder)  # what a run killed outright leaves
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(cells, "run_bundle", killed)
+    assert cells.run_pretrain(pretrain) == "failed"
+    assert seen["status"]["settings"] == cell_settings(pretrain) == cells.read_status(pretrain.folder)["settings"]
+    monkeypatch.setattr(cells, "run_bundle", lambda *args: None)
+    monkeypatch.setattr(cells, "labelled_subset", lambda cell: [])
+    cells.run_finetune(finetune)
+    assert cells.read_status(finetune.folder)["settings"] == cell_settings(finetune)
+    assert cells.read_status(finetune.folder)["settings"]["init"] == "simclr"
+
+
+def test_results_and_table_hold_every_run_of_the_folder(tmp_path, monkeypatch):
+    """A rerun with other methods or L adds to plan.json, results.csv and table.md; it drops nothing."""
+    from gcl_monai.benchmark import runner
+    from gcl_monai.benchmark.settings import cell_settings
+
+    def fake_finetune(cell):
+        _finished_cell(cell, 0.1 * (cell.draw + 1) + (0.3 if cell.method == "fully_supervised" else 0.0),
+                       cell_settings(cell))
+        return "finished"
+
+    monkeypatch.setattr(runner, "run_finetune", fake_finetune)
+    monkeypatch.setattr(runner, "parse_bundle_item", lambda *args: None)
+    monkeypatch.setattr(results, "labelled_patients", lambda cell: "p")
+    first = PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=2)
+    runner.run_experiment(Experiment("u", "demo", first, results_dir=tmp_path))
+    second = first.replace(methods=("fully_supervised",), num_labeled=(2,), repeats=1)
+    csv_path = runner.run_experiment(Experiment("u", "demo", second, results_dir=tmp_path))
+    stored = json.loads((tmp_path / "u" / "plan.json").read_text())
+    assert stored["methods"] == ["random", "fully_supervised"] and stored["preset"]["num_labeled"] == [1, 2]
+    assert stored["preset"]["repeats"] == 2
+    tested = [(r["method"], r["num_labeled"], r["draw"], r["dice"]) for r in read_results(csv_path)
+              if r["test_set"] == "test"]
+    assert tested == [("random", 1, 0, pytest.approx(0.1)), ("random", 1, 1, pytest.approx(0.2)),
+                      ("fully_supervised", ALL_LABELLED, 0, pytest.approx(0.4))]
+    table = (tmp_path / "u" / "table.md").read_text().splitlines()
+    assert "| Random Init. | 0.150 ± 0.071 | – | – |" in table
+    assert "| Fully Superv. | – | – | 0.400 (n=1 of 2) |" in table
+
+
 # ------------------------------------------------------------------------------------------------ --pretrain-from
 
 
@@ -535,6 +635,24 @@ def test_pretrain_from_takes_only_the_same_run(tmp_path):
     assert find_reusable(cell, on_device.folder) == (None, f"{on_device.folder} holds no split.json")
     cells.write_status(source.folder / "pretrain" / "simclr", {"status": "interrupted", "epochs": 20})
     assert "not finished" in find_reusable(cell, source.folder)[1]
+
+
+def test_pretrain_from_compares_the_recorded_settings(tmp_path):
+    """A pre-training run while a bundle default was another value is not the same run, whatever its overrides."""
+    from gcl_monai.benchmark.reuse import find_reusable
+    from gcl_monai.benchmark.settings import cell_settings
+
+    split = {k: [{"image": f"/a/{k}.h5#image", "patient": k}] for k in ("pretrain", "train", "val", "test")}
+    source, stored = _finished_pretraining(tmp_path, "src", PRESETS["cpu-mini"], split)
+    _, cell = _finished_pretraining(tmp_path, "dst", PRESETS["cpu-mini"], split)
+    shutil.rmtree(cell.folder)
+    status = cells.read_status(stored.folder)
+    cells.write_status(stored.folder, {**status, "settings": cell_settings(cell)})
+    assert find_reusable(cell, source.folder)[0] is not None
+    cells.write_status(stored.folder, {**status, "settings": {**cell_settings(cell), "temperature": 0.5}})
+    assert find_reusable(cell, source.folder) == (
+        None, f"{source.folder}'s pre-training of simclr ran with other bundle settings (temperature)"
+    )
 
 
 def test_pretrain_from_refuses_another_config(tmp_path):

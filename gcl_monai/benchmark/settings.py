@@ -1,0 +1,77 @@
+"""
+What a cell was run with: the bundle config's literal hyperparameters overlaid with the cell's overrides, recorded
+in the cell's ``benchmark.json`` when it runs and compared with today's plan before a rerun takes the cell as done.
+
+A finished cell is skipped by a rerun. Without this record, a cell trained before a bundle default changed (e.g.
+``shrink_perturb`` in ``train.json``) would be taken as a run of today's recipe, and an experiment would silently
+mix two recipes in one row. The record holds every top-level item of the config whose value is a JSON literal
+(numbers, booleans, strings that are not expressions or references, lists of them), then the overrides; the
+folders of the experiment and the device are left out (:py:data:`IGNORED_KEYS`), as they change where a run is
+written or only its rounding, not what it trains. Changes inside expressions (a new transform chain) are not
+seen: the record is of the recipe's settings, not of the code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gcl_monai.benchmark.bundles import bundle_config
+from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
+
+__all__ = ["IGNORED_KEYS", "SETTINGS_KEY", "cell_settings", "changed_settings", "run_settings"]
+
+#: the key of the record in a cell's ``benchmark.json``.
+SETTINGS_KEY = "settings"
+
+#: overrides that differ between experiments or folders without changing what is trained: where the experiment,
+#: its data, bundle and checkpoints are, and the device (which changes only the rounding).
+IGNORED_KEYS = (
+    "bundle_root",
+    "work_dir",
+    "dataset_dir",
+    "split_file",
+    "output_dir",
+    "ckpt_dir",
+    "ckpt_path",
+    "eval_dir",
+    "pretrained_path",
+    "device",
+)
+
+_EXPRESSION_PREFIXES = ("$", "@", "%")
+
+
+def _literal(value: Any) -> bool:
+    """A JSON literal of the config: not an expression, a reference, a macro or a component."""
+    if isinstance(value, str):
+        return not value.startswith(_EXPRESSION_PREFIXES)
+    if isinstance(value, (list, tuple)):
+        return all(_literal(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float))
+
+
+def run_settings(bundle: Path, config: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """
+    The settings of a run of ``<bundle>/configs/<config>.json`` with ``overrides``: the config's literal top-level
+    items, then the overrides (JSON round-tripped, so that tuples and lists compare equal), without
+    :py:data:`IGNORED_KEYS`.
+    """
+    defaults = {k: v for k, v in bundle_config(bundle, config).items() if _literal(v)}
+    merged = {**defaults, **overrides}
+    return json.loads(json.dumps({k: merged[k] for k in sorted(merged) if k not in IGNORED_KEYS}))
+
+
+def changed_settings(recorded: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str]:
+    """The keys whose value differs between two settings records (one side missing counts as different)."""
+    missing = object()
+    return sorted(k for k in set(recorded) | set(ours) if recorded.get(k, missing) != ours.get(k, missing))
+
+
+def cell_settings(cell: PretrainCell | FinetuneCell) -> dict[str, Any]:
+    """The settings of a cell's training run (:py:func:`run_settings` of its ``pretrain.json`` or ``train.json``)."""
+    if isinstance(cell, PretrainCell):
+        return run_settings(cell.bundle, cell.config, cell.overrides)
+    return run_settings(cell.bundle, "train", cell.train_overrides)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gcl_monai.benchmark.presets import METHODS, PRESETS, Preset, finetune_iteration_overrides, get_preset
-from gcl_monai.benchmark.report import read_results, write_report
+from gcl_monai.benchmark.report import BASELINES, read_results, write_report
 from gcl_monai.benchmark.bundles import default_bundle_dir
 from gcl_monai.benchmark.experiment import DATASETS, Experiment
 from gcl_monai.benchmark.runner import run_experiment
@@ -175,8 +175,23 @@ def main_report(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--name", required=True)
     parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    parser.add_argument(
+        "--baselines",
+        nargs="+",
+        default=list(BASELINES),
+        metavar="METHOD",
+        help=f"methods every other method is paired with (default: {' '.join(BASELINES)}); e.g. add gcl for the "
+        "semi-supervised rows on top of it, or multi_meta for GradMitigator's share",
+    )
     args = parser.parse_args(argv)
-    print(write_report(args.results_dir / args.name).read_text())
+    folder = args.results_dir / args.name
+    if not (folder / "plan.json").exists():
+        parser.error(f"{folder} holds no plan.json: no experiment of that name in {args.results_dir}.")
+    known = json.loads((folder / "plan.json").read_text())["methods"]
+    missing = [b for b in args.baselines if b not in known]
+    if missing:
+        parser.error(f"--baselines {' '.join(missing)}: not among the methods of {folder} ({', '.join(known)}).")
+    print(write_report(folder, args.baselines).read_text())
     return 0
 
 

@@ -39,6 +39,7 @@ __all__ = [
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
+#: the methods whose paired differences the report shows by default (``report --baselines`` chooses others).
 BASELINES = ("random", "simclr")
 #: ``test_set`` of the rows that hold the validation patients' Dice (``results.csv``), on which recipes are chosen
 VALIDATION_SET = "val"
@@ -162,14 +163,17 @@ def _test_sets(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return list(dict.fromkeys(r["test_set"] for r in rows))
 
 
-def markdown_report(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) -> str:
+def markdown_report(
+    rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], baselines: Sequence[str] = BASELINES
+) -> str:
     """
     The Markdown report: for each test set, Dice per method (rows) and L (columns) as ``mean ± std`` over all
-    repeats, the paired differences to ``random`` and ``simclr`` and the per-class Dice.
+    repeats, the paired differences to each of ``baselines`` that the experiment has, and the per-class Dice.
 
     Args:
         rows: rows of ``results.csv`` (see :py:func:`read_results`).
         plan: the experiment's ``plan.json``.
+        baselines: methods to pair every other method with (e.g. ``gcl`` for the semi-supervised rows on top of it).
     """
     preset = plan["preset"]
     methods, labels, ls = plan["methods"], plan["labels"], _columns(plan)
@@ -219,7 +223,7 @@ def markdown_report(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any]) 
                     for m in methods
                 ),
             )
-        for baseline in (b for b in BASELINES if b in methods):
+        for baseline in (b for b in baselines if b in methods):
             lines += [
                 "",
                 f"### Paired difference to {labels[baseline]} (`{test_set}`)",
@@ -459,10 +463,11 @@ def pretraining_summary(
     ]
 
 
-def write_report(folder: str | Path) -> Path:
+def write_report(folder: str | Path, baselines: Sequence[str] = BASELINES) -> Path:
     """
     Writes ``table.md``, ``dice_vs_L.png`` and ``pretrain_curves.png`` of the experiment in ``folder`` from its
-    ``results.csv`` and ``plan.json``.
+    ``results.csv`` and ``plan.json``, with the paired differences to each of ``baselines``
+    (:py:func:`markdown_report`).
 
     Returns:
         the path of ``table.md``.
@@ -474,7 +479,7 @@ def write_report(folder: str | Path) -> Path:
     table = folder / "table.md"
     curves = read_pretrain_scalars(folder, plan)
     summary = pretraining_summary(curves, plan, read_encoder_ranks(folder, plan))
-    table.write_text(markdown_report(rows, plan) + "".join(f"{line}\n" for line in summary))
+    table.write_text(markdown_report(rows, plan, baselines) + "".join(f"{line}\n" for line in summary))
     plot_dice_vs_l(rows, plan, folder / "dice_vs_L.png")
     plot_pretrain_curves(curves, plan, folder / "pretrain_curves.png")
     logger.info("Report written to %s.", table)

@@ -584,6 +584,24 @@ def test_results_and_table_hold_every_run_of_the_folder(tmp_path, monkeypatch):
     assert "| Fully Superv. | – | – | 0.400 (n=1 of 2) |" in table
 
 
+def test_report_command_pairs_with_chosen_baselines(tmp_path, capsys):
+    rows = [_row(m, 1, d, v) for m, values in (("random", (0.4, 0.5, 0.6)), ("simclr", (0.5, 0.5, 0.8)),
+                                             ("gcl", (0.6, 0.6, 0.9))) for d, v in enumerate(values)]
+    folder = tmp_path / "hand"
+    folder.mkdir()
+    results.write_csv(rows, folder / "results.csv")
+    (folder / "plan.json").write_text(json.dumps(_plan()))
+    assert main(["report", "--name", "hand", "--results-dir", str(tmp_path), "--baselines", "gcl"]) == 0
+    table = (folder / "table.md").read_text()
+    assert "### Paired difference to GCL (full model) (`test`)" in table
+    assert "Paired difference to Random Init." not in table
+    # gcl - simclr = (0.1, 0.1, 0.1): simclr - gcl is -0.100 with no spread
+    assert "| SimCLR (Base) | -0.100 [-0.100, -0.100] (n=3) | – |" in table.splitlines()
+    with pytest.raises(SystemExit):
+        main(["report", "--name", "hand", "--results-dir", str(tmp_path), "--baselines", "gcl_paper"])
+    assert "gcl_paper: not among the methods" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------------------------ --pretrain-from
 
 

@@ -6,8 +6,8 @@ semi-supervised methods of Table 3) need not pay for a pre-training that another
 pre-training is taken only when it is the same run: the same method, the same bundle config and overrides (apart
 from the experiment's own folders and the device), the same settings recorded when it ran
 (:py:mod:`gcl_monai.benchmark.settings`; a run from before that record is compared on its overrides only) and the
-same patients in every part of the split. Its folder is
-linked (or copied) into this experiment and its ``benchmark.json`` records where it came from.
+same patients in every part of the split. Its folder is linked (or copied) into this experiment and its
+``benchmark.json`` records where it came from.
 """
 
 from __future__ import annotations

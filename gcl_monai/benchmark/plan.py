@@ -224,15 +224,15 @@ def whole_experiment(experiment: Experiment) -> Experiment:
     if not path.exists():
         return experiment
     stored, preset = json.loads(path.read_text())["preset"], experiment.preset
-    gone = [m for m in stored["methods"] if m not in METHODS]
+    gone = [m for m in stored.get("methods", ()) if m not in METHODS]
     if gone:
         logger.warning("%s: methods %s are no longer defined; their cells are left out of the results.", path, gone)
-    methods = {*preset.methods, *stored["methods"]}
+    methods = {*preset.methods, *stored.get("methods", ())}
     whole = preset.replace(
         methods=tuple(m for m in METHODS if m in methods),
-        num_labeled=tuple(sorted({*preset.num_labeled, *stored["num_labeled"]})),
-        repeats=max(preset.repeats, stored["repeats"]),
-        seeds_per_draw=max(preset.seeds_per_draw, stored["seeds_per_draw"]),
+        num_labeled=tuple(sorted({*preset.num_labeled, *stored.get("num_labeled", ())})),
+        repeats=max(preset.repeats, stored.get("repeats", 0)),
+        seeds_per_draw=max(preset.seeds_per_draw, stored.get("seeds_per_draw", 0)),
     )
     return dataclasses.replace(experiment, preset=whole)
 

@@ -19,7 +19,7 @@ import torch
 from gcl_monai.benchmark.bundles import bundle_config, parse_bundle_item, run_bundle
 from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 from gcl_monai.benchmark.report import read_scalars
-from gcl_monai.benchmark.settings import SETTINGS_KEY, cell_settings
+from gcl_monai.benchmark.settings import PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, cell_settings
 from gcl_monai.data import num_slices
 from gcl_monai.handlers import RepresentationCollapse
 from gcl_monai.networks import ENCODER_PREFIXES
@@ -201,12 +201,15 @@ def run_finetune(cell: FinetuneCell) -> str:
     """
     Fine-tunes (unless a previous run of the cell finished training) and evaluates on every test set without a
     ``dice.json``. A ``model.pt`` left by an interrupted fine-tuning is a partly trained model: it is retrained.
-    The status file records the training's settings (:py:mod:`gcl_monai.benchmark.settings`).
+    The status file records the training's settings and those of the pre-training it loads
+    (:py:mod:`gcl_monai.benchmark.settings`).
     """
     status = read_status(cell.folder)
     try:
         if not (status.get("trained") or status.get("status") == "finished"):
             status[SETTINGS_KEY] = cell_settings(cell)
+            if cell.pretrain is not None:
+                status[PRETRAIN_SETTINGS_KEY] = cell_settings(cell.pretrain)
             resolve_iterations(cell.train_overrides, labelled_subset(cell))
             start = time.time()
             run_bundle(cell.bundle, "train", "run", cell.train_overrides)

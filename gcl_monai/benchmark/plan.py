@@ -17,7 +17,7 @@ from gcl_monai.benchmark.bundles import bundle_config
 from gcl_monai.benchmark.cells import pretrain_done, read_status
 from gcl_monai.benchmark.experiment import EXTERNAL_TEST, INTERNAL_TEST, Experiment, FinetuneCell, PretrainCell
 from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS, UnsupportedMethod, preset_cuts
-from gcl_monai.benchmark.settings import SETTINGS_KEY, cell_settings, changed_settings
+from gcl_monai.benchmark.settings import PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, cell_settings, changed_settings
 
 __all__ = [
     "check_cell_settings",
@@ -179,7 +179,7 @@ def check_cell_settings(cells: Sequence[PretrainCell | FinetuneCell]) -> int:
     """
     Refuses to go on when a cell that a rerun would take as done (or resume) ran with other settings than the plan
     gives it today (:py:mod:`gcl_monai.benchmark.settings`): a pre-training with a status file, a fine-tuning that
-    finished training.
+    finished training (its own settings, and those of the pre-training whose encoder it loaded, when recorded).
 
     Raises:
         ValueError: naming every such cell, the keys that differ with both values, and what to do.
@@ -197,11 +197,16 @@ def check_cell_settings(cells: Sequence[PretrainCell | FinetuneCell]) -> int:
         if SETTINGS_KEY not in status:
             unrecorded += 1
             continue
-        recorded, ours = status[SETTINGS_KEY], cell_settings(cell)
-        if keys := changed_settings(recorded, ours):
-            changes = ", ".join(f"{k} was {recorded.get(k, '(absent)')!r}, now {ours.get(k, '(absent)')!r}"
-                                for k in keys)
-            stale.append(f"{cell.label} ({cell.folder}): {changes}")
+        records = [("", status[SETTINGS_KEY], cell_settings(cell))]
+        if isinstance(cell, FinetuneCell) and cell.pretrain is not None and PRETRAIN_SETTINGS_KEY in status:
+            records.append(("its pre-training's ", status[PRETRAIN_SETTINGS_KEY], cell_settings(cell.pretrain)))
+        changes = [
+            f"{whose}{k} was {recorded.get(k, '(absent)')!r}, now {ours.get(k, '(absent)')!r}"
+            for whose, recorded, ours in records
+            for k in changed_settings(recorded, ours)
+        ]
+        if changes:
+            stale.append(f"{cell.label} ({cell.folder}): {', '.join(changes)}")
     if stale:
         raise ValueError(
             "These cells ran with other settings than this plan gives them, and a rerun would take them as done: "

@@ -21,10 +21,20 @@ from typing import Any
 from gcl_monai.benchmark.bundles import bundle_config
 from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 
-__all__ = ["IGNORED_KEYS", "SETTINGS_KEY", "cell_settings", "changed_settings", "run_settings"]
+__all__ = [
+    "IGNORED_KEYS",
+    "PRETRAIN_SETTINGS_KEY",
+    "SETTINGS_KEY",
+    "cell_settings",
+    "changed_settings",
+    "run_settings",
+]
 
 #: the key of the record in a cell's ``benchmark.json``.
 SETTINGS_KEY = "settings"
+#: the key, in a fine-tuning cell's ``benchmark.json``, of the settings of the pre-training whose encoder it loaded:
+#: a pre-training run again with other settings makes its fine-tuning cells stale too.
+PRETRAIN_SETTINGS_KEY = "pretrain_settings"
 
 #: overrides that differ between experiments or folders without changing what is trained: where the experiment,
 #: its data, bundle and checkpoints are, and the device (which changes only the rounding).

@@ -527,6 +527,14 @@ def test_cells_run_with_other_settings_are_refused_not_taken_as_done(tmp_path):
     # a fine-tuning that did not finish training is trained again whatever it recorded
     cells.write_status(simclr_cells[0].folder, {"status": "failed", "settings": {"lr": 1.0}})
     assert plan.check_cell_settings(finetune) == 1
+    # one that loaded an encoder pre-trained with other settings than today's pre-training is stale too
+    _finished_cell(simclr_cells[1], 0.5, cell_settings(simclr_cells[1]))
+    stale_encoder = {**cell_settings(pretrain), "temperature": 0.5}
+    cells.write_status(simclr_cells[1].folder, {**cells.read_status(simclr_cells[1].folder),
+                                                "pretrain_settings": stale_encoder})
+    with pytest.raises(ValueError, match=r"simclr_L1_d1_s1 .*its pre-training's temperature was 0.5, now 0.1"):
+        plan.check_cell_settings(finetune)
+    shutil.rmtree(simclr_cells[1].folder)
     # a pre-training is resumed from its checkpoints: its record is checked as soon as it has a status
     cells.write_status(pretrain.folder, {"status": "interrupted", "settings": {**cell_settings(pretrain), "lr": 1.0}})
     with pytest.raises(ValueError, match=r"pretrain simclr .*lr was 1.0, now 0.0001"):
@@ -552,6 +560,7 @@ def test_runs_record_their_settings(tmp_path, monkeypatch):
     monkeypatch.setattr(cells, "labelled_subset", lambda cell: [])
     cells.run_finetune(finetune)
     assert cells.read_status(finetune.folder)["settings"] == cell_settings(finetune)
+    assert cells.read_status(finetune.folder)["pretrain_settings"] == cell_settings(pretrain)
     assert cells.read_status(finetune.folder)["settings"]["init"] == "simclr"
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "run_finetune",
     "run_pretrain",
     "tensorboard_collapse",
+    "trained",
     "write_status",
 ]
 
@@ -197,6 +198,11 @@ def last_validation_dice(cell: FinetuneCell) -> float:
     return float(values[-1]) if len(values) else math.nan
 
 
+def trained(status: Mapping[str, Any]) -> bool:
+    """Whether a fine-tuning cell's status says its training finished (a rerun then only evaluates it)."""
+    return bool(status.get("trained") or status.get("status") == "finished")
+
+
 def run_finetune(cell: FinetuneCell) -> str:
     """
     Fine-tunes (unless a previous run of the cell finished training) and evaluates on every test set without a
@@ -206,7 +212,7 @@ def run_finetune(cell: FinetuneCell) -> str:
     """
     status = read_status(cell.folder)
     try:
-        if not (status.get("trained") or status.get("status") == "finished"):
+        if not trained(status):
             status[SETTINGS_KEY] = cell_settings(cell)
             if cell.pretrain is not None:
                 status[PRETRAIN_SETTINGS_KEY] = cell_settings(cell.pretrain)

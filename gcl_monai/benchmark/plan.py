@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gcl_monai.benchmark.bundles import bundle_config
-from gcl_monai.benchmark.cells import pretrain_done, read_status
+from gcl_monai.benchmark.cells import pretrain_done, read_status, trained
 from gcl_monai.benchmark.experiment import EXTERNAL_TEST, INTERNAL_TEST, Experiment, FinetuneCell, PretrainCell
 from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS, UnsupportedMethod, preset_cuts
 from gcl_monai.benchmark.settings import PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, cell_settings, changed_settings
@@ -190,7 +190,7 @@ def check_cell_settings(cells: Sequence[PretrainCell | FinetuneCell]) -> int:
     stale, unrecorded = [], 0
     for cell in cells:
         status = read_status(cell.folder)
-        if isinstance(cell, FinetuneCell) and not (status.get("trained") or status.get("status") == "finished"):
+        if isinstance(cell, FinetuneCell) and not trained(status):
             continue  # trained again by the run
         if not status:
             continue

@@ -81,6 +81,11 @@ def run_parser() -> argparse.ArgumentParser:
         help="other experiments (names in RESULTS_DIR, or folders) whose finished pre-trainings are taken where they "
         "are the same run (method, settings, split) instead of pre-training again",
     )
+    parser.add_argument(
+        "--finetune-from", nargs="+", default=[], metavar="NAME",
+        help="other experiments whose trained fine-tuning cells are taken where they are the same run (method, L, "
+        "draw, seed, settings, split, the same encoder) instead of fine-tuning again",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan (cells and overrides) and exit")
     return parser
 
@@ -118,6 +123,15 @@ def preset_from_args(args: argparse.Namespace) -> Preset:
     return preset.replace(name=f"{preset.name}+custom", **changes) if changes else preset
 
 
+def _experiment_folders(results_dir: Path, option: str, names: Sequence[str]) -> list[Path]:
+    """The folders of experiments named on the command line (names in ``results_dir``, or folders)."""
+    found = [results_dir / n if (results_dir / n).is_dir() else Path(n) for n in names]
+    missing = [str(f) for f in found if not f.is_dir()]
+    if missing:
+        raise SystemExit(f"{option}: no experiment folder {', '.join(missing)}.")
+    return [f.resolve() for f in found]
+
+
 def main_run(argv: Sequence[str]) -> int:
     args = run_parser().parse_args(argv)
     name = args.name or (
@@ -136,11 +150,12 @@ def main_run(argv: Sequence[str]) -> int:
         pretrain_data=args.pretrain_data,
         test_root=args.test_root.resolve() if args.test_root else None,
     )
-    sources = [args.results_dir / n if (args.results_dir / n).is_dir() else Path(n) for n in args.pretrain_from]
-    missing = [str(s) for s in sources if not s.is_dir()]
-    if missing:
-        raise SystemExit(f"--pretrain-from: no experiment folder {', '.join(missing)}.")
-    csv_path = run_experiment(experiment, dry_run=args.dry_run, pretrain_from=[s.resolve() for s in sources])
+    csv_path = run_experiment(
+        experiment,
+        dry_run=args.dry_run,
+        pretrain_from=_experiment_folders(args.results_dir, "--pretrain-from", args.pretrain_from),
+        finetune_from=_experiment_folders(args.results_dir, "--finetune-from", args.finetune_from),
+    )
     if csv_path is None:
         return 0
     failed = [r for r in read_results(csv_path) if r["status"] in ("failed", "pretrain_failed")]

@@ -1,29 +1,47 @@
 """
-Taking a finished pre-training from another experiment instead of running it again (``--pretrain-from``).
+Taking finished runs from another experiment instead of running them again: pre-trainings (``--pretrain-from``)
+and fine-tuning cells (``--finetune-from``).
 
-The paper's Tables 1, 3 and 4 fine-tune the same pre-trained encoders; an experiment that adds rows (e.g. the
-semi-supervised methods of Table 3) need not pay for a pre-training that another experiment already ran. A
-pre-training is taken only when it is the same run: the same method, the same bundle config and overrides (apart
-from the experiment's own folders and the device), the same settings recorded when it ran
-(:py:mod:`gcl_monai.benchmark.settings`; a run from before that record is compared on its overrides only) and the
-same patients in every part of the split. Its folder is linked (or copied) into this experiment and its
-``benchmark.json`` records where it came from.
+The paper's Tables 1, 3 and 4 fine-tune the same pre-trained encoders and share their baseline rows; an experiment
+that adds rows (e.g. the semi-supervised methods of Table 3) need not pay for a pre-training, or for the random-init
+and GCL cells, that another experiment already ran. A run is taken only when it is the same run: the same method,
+the same bundle config and overrides (apart from the experiment's own folders and the device), the same settings
+recorded when it ran (:py:mod:`gcl_monai.benchmark.settings`; a run from before that record is compared on its
+overrides only, with a warning) and the same patients in every part of the split; a fine-tuning cell also the same
+labelled draw and seed (its folder name) and the same encoder, byte for byte, as the one this experiment's cells of
+that method load. Its folder is linked (or copied) into this experiment and its ``benchmark.json`` records where it
+came from.
 """
 
 from __future__ import annotations
 
+import filecmp
 import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gcl_monai.benchmark.cells import pretrain_done, read_status, write_status
-from gcl_monai.benchmark.experiment import PretrainCell
-from gcl_monai.benchmark.settings import IGNORED_KEYS, SETTINGS_KEY, cell_settings, changed_settings
+from gcl_monai.benchmark.cells import pretrain_done, read_status, trained, write_status
+from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
+from gcl_monai.benchmark.presets import METHODS
+from gcl_monai.benchmark.settings import (
+    IGNORED_KEYS,
+    PRETRAIN_SETTINGS_KEY,
+    SETTINGS_KEY,
+    cell_settings,
+    changed_settings,
+)
 
-__all__ = ["find_reusable", "import_pretraining", "same_split"]
+__all__ = [
+    "find_reusable",
+    "find_reusable_finetuning",
+    "import_finetuning",
+    "import_pretraining",
+    "same_split",
+]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
@@ -86,6 +104,33 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
+def _take(folder: Path, taken: Path) -> None:
+    """Links (or copies) the run folder ``taken`` to ``folder`` atomically and records where it came from."""
+    partial = folder.with_name(folder.name + ".importing")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(taken, partial, copy_function=_link_or_copy)
+    os.replace(partial, folder)
+    # os.replace in write_status: the linked benchmark.json of the source is not changed
+    write_status(folder, {**read_status(taken), "reused_from": str(taken)})
+
+
+def _import(cell: PretrainCell | FinetuneCell, sources: list[Path], find: Callable) -> Path | None:
+    if cell.folder.exists():
+        return None
+    for source in sources:
+        other, reason = find(cell, source)
+        if other is None:
+            logger.info("%s: not taken from %s: %s.", cell.label, source, reason)
+            continue
+        _take(cell.folder, other)
+        return other
+    return None
+
+
+def _folder_of(found: tuple[PretrainCell | None, str]) -> tuple[Path | None, str]:
+    return (None if found[0] is None else found[0].folder), found[1]
+
+
 def import_pretraining(cell: PretrainCell, sources: list[Path]) -> Path | None:
     """
     Fills ``cell.folder`` with the first reusable pre-training among the experiment folders ``sources``
@@ -95,17 +140,78 @@ def import_pretraining(cell: PretrainCell, sources: list[Path]) -> Path | None:
     Returns:
         the folder taken (the caller logs it), or None; each source not taken is logged with its reason.
     """
-    if cell.folder.exists():
-        return None
-    for source in sources:
-        other, reason = find_reusable(cell, source)
-        if other is None:
-            logger.info("pretrain %s: not taken from %s: %s.", cell.method, source, reason)
-            continue
-        partial = cell.folder.with_name(cell.folder.name + ".importing")
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(other.folder, partial, copy_function=_link_or_copy)
-        os.replace(partial, cell.folder)
-        write_status(cell.folder, {**read_status(other.folder), "reused_from": str(other.folder)})
-        return other.folder
-    return None
+    return _import(cell, sources, lambda c, source: _folder_of(find_reusable(c, source)))
+
+
+def _legacy_finetune_settings(cell: FinetuneCell, source: Path) -> dict[str, Any]:
+    """
+    The overrides that ``source``'s plan gave its cell of the same name (for a cell from before the settings record):
+    the preset's common and fine-tuning overrides, the method's and the cell's own.
+    """
+    preset = json.loads((source / "plan.json").read_text())["preset"]
+    method = METHODS[cell.method]
+    return _settings({
+        **preset.get("common", {}),
+        **preset.get("finetune", {}),
+        **method.finetune_overrides(),
+        "init": method.pretrain_method or "random",
+        "num_labeled": cell.num_labeled,
+        "draw": cell.draw,
+        "seed": cell.seed,
+    })
+
+
+def find_reusable_finetuning(cell: FinetuneCell, source: Path) -> tuple[Path | None, str]:
+    """
+    The folder of the trained fine-tuning cell of the same name (method, L, draw, seed) in the experiment folder
+    ``source`` if it is the same run as ``cell`` (else None), and the reason in words.
+
+    Same run: ``source`` split the patients as this experiment does; the cell finished training with the settings
+    ``cell`` would run (its recorded ``settings``, and ``pretrain_settings`` when recorded; for a cell from before
+    the record, ``source``'s plan overrides, logged as a warning); and, for a pre-trained method, ``source``'s
+    encoder of that method is byte for byte the one this experiment's cells load (so take or run the pre-training
+    first: the execution order does).
+    """
+    source = Path(source)
+    if not (source / "plan.json").exists():
+        return None, f"{source} holds no plan.json"
+    folder = source / "finetune" / cell.folder.name
+    status = read_status(folder)
+    if not trained(status):
+        return None, f"{source} has no trained {cell.folder.name}"
+    split_file = Path(cell.train_overrides["split_file"])
+    if not (source / split_file.name).exists():
+        return None, f"{source} holds no {split_file.name}"
+    if not same_split(source / split_file.name, split_file):
+        return None, f"{source} split the patients differently"
+    ours = cell_settings(cell)
+    if SETTINGS_KEY in status:
+        if differ := changed_settings(status[SETTINGS_KEY], ours):
+            return None, f"{source}'s {cell.folder.name} ran with other settings ({', '.join(differ)})"
+    elif differ := changed_settings(_legacy_finetune_settings(cell, source), _settings(cell.train_overrides)):
+        return None, f"{source}'s {cell.folder.name} ran with other overrides ({', '.join(differ)})"
+    if cell.pretrain is not None:
+        theirs, encoder = source / "pretrain" / cell.pretrain.method / "encoder.pt", cell.pretrain.folder / "encoder.pt"
+        if not (theirs.exists() and encoder.exists() and filecmp.cmp(theirs, encoder, shallow=False)):
+            return None, f"{source}'s {cell.pretrain.method} encoder is not the one this experiment loads"
+        recorded = status.get(PRETRAIN_SETTINGS_KEY)
+        if recorded is not None and (differ := changed_settings(recorded, cell_settings(cell.pretrain))):
+            return None, f"{source}'s {cell.folder.name} loaded a pre-training with other settings ({', '.join(differ)})"
+    if SETTINGS_KEY not in status:
+        logger.warning(
+            "%s: taking %s, which ran before settings were recorded: compared on %s's plan overrides only.",
+            cell.label, folder, source,
+        )
+    return folder, f"the same fine-tuning ({status.get('status')}) in {source}"
+
+
+def import_finetuning(cell: FinetuneCell, sources: list[Path]) -> Path | None:
+    """
+    Fills ``cell.folder`` with the first reusable fine-tuning cell among the experiment folders ``sources``
+    (:py:func:`find_reusable_finetuning`); a test set it was not evaluated on is then evaluated by the run. Nothing
+    is taken when ``cell.folder`` already exists.
+
+    Returns:
+        the folder taken (the caller logs it), or None; each source not taken is logged with its reason.
+    """
+    return _import(cell, sources, find_reusable_finetuning)

@@ -43,7 +43,7 @@ from gcl_monai.benchmark.plan import (
 from gcl_monai.benchmark.progress import Progress, hms, past_durations
 from gcl_monai.benchmark.report import write_report
 from gcl_monai.benchmark.results import collect_rows, write_csv
-from gcl_monai.benchmark.reuse import import_pretraining
+from gcl_monai.benchmark.reuse import import_finetuning, import_pretraining
 
 __all__ = ["run_experiment"]
 
@@ -63,7 +63,12 @@ def _log_to(path: Path) -> Iterator[None]:
         handler.close()
 
 
-def run_experiment(experiment: Experiment, dry_run: bool = False, pretrain_from: Sequence[Path] = ()) -> Path | None:
+def run_experiment(
+    experiment: Experiment,
+    dry_run: bool = False,
+    pretrain_from: Sequence[Path] = (),
+    finetune_from: Sequence[Path] = (),
+) -> Path | None:
     """
     Runs every cell not finished yet, then writes ``results.csv``, ``table.md`` and the plots.
 
@@ -72,6 +77,8 @@ def run_experiment(experiment: Experiment, dry_run: bool = False, pretrain_from:
         dry_run: only print the plan (cells and overrides).
         pretrain_from: folders of other experiments whose finished pre-trainings are taken instead of running the
             same pre-training again (:py:func:`gcl_monai.benchmark.reuse.import_pretraining`).
+        finetune_from: folders of other experiments whose trained fine-tuning cells are taken instead of running
+            the same cell again (:py:func:`gcl_monai.benchmark.reuse.import_finetuning`).
 
     Returns:
         the path of ``results.csv`` (None for a dry run).
@@ -98,6 +105,10 @@ def run_experiment(experiment: Experiment, dry_run: bool = False, pretrain_from:
             if isinstance(cell, PretrainCell) and (taken := import_pretraining(cell, list(pretrain_from))):
                 progress.log(index, cell, f"taken from {taken}")
                 continue
+            if isinstance(cell, FinetuneCell) and (taken := import_finetuning(cell, list(finetune_from))):
+                progress.log(index, cell, f"taken from {taken}")
+                if cell.finished():
+                    continue
             if isinstance(cell, PretrainCell) and pretrain_done(cell):
                 progress.log(index, cell, f"already {read_status(cell.folder)['status']}, skipped")
                 continue

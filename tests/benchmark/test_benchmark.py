@@ -693,6 +693,118 @@ def test_pretrain_from_refuses_another_config(tmp_path):
     )
 
 
+# ------------------------------------------------------------------------------------------------ --finetune-from
+
+
+def _experiment_with_cells(tmp_path, name, split, preset=None, encoder=b"weights"):
+    """An experiment folder (random and simclr, L = 1, 2 draws) with a finished simclr pre-training, no cells yet."""
+    preset = (preset or PRESETS["cpu-mini"]).replace(methods=("random", "simclr"), num_labeled=(1,), repeats=2)
+    experiment = Experiment(name, "demo", preset, results_dir=tmp_path)
+    experiment.folder.mkdir(parents=True)
+    (pretrain,), finetune = plan_cells(experiment)
+    plan.write_plan(experiment, [pretrain], finetune)
+    experiment.split_file("demo").write_text(json.dumps(split))
+    pretrain.folder.mkdir(parents=True)
+    (pretrain.folder / "encoder.pt").write_bytes(encoder)
+    cells.write_status(pretrain.folder, {"status": "finished"})
+    return experiment, {c.folder.name: c for c in finetune}
+
+
+def test_finetune_from_takes_only_the_same_run(tmp_path):
+    from gcl_monai.benchmark.reuse import find_reusable_finetuning, import_finetuning
+    from gcl_monai.benchmark.settings import cell_settings
+
+    split = {k: [{"image": f"/a/{k}{i}.h5#image", "patient": f"{k}{i}"} for i in range(2)]
+             for k in ("pretrain", "train", "val", "test")}
+    source, theirs = _experiment_with_cells(tmp_path, "src", split)
+    for name, cell in theirs.items():
+        _finished_cell(cell, 0.4, cell_settings(cell))
+        cells.write_status(cell.folder, {**cells.read_status(cell.folder), "pretrain_settings":
+                                         cell_settings(cell.pretrain) if cell.pretrain else None})
+    (theirs["simclr_L1_d0_s0"].folder / "models").mkdir()
+    (theirs["simclr_L1_d0_s0"].folder / "models" / "model.pt").write_bytes(b"fine-tuned")
+    _, ours = _experiment_with_cells(tmp_path, "dst", split)
+
+    cell = ours["simclr_L1_d0_s0"]
+    assert import_finetuning(cell, [source.folder]) == theirs["simclr_L1_d0_s0"].folder
+    assert cell.finished() and (cell.folder / "models" / "model.pt").read_bytes() == b"fine-tuned"
+    status = cells.read_status(cell.folder)
+    assert status["reused_from"] == str(theirs["simclr_L1_d0_s0"].folder) and status["settings"]["draw"] == 0
+    assert "reused_from" not in cells.read_status(theirs["simclr_L1_d0_s0"].folder)  # the source is unchanged
+    (cell.folder / "models" / "model.pt").write_bytes(b"own")  # a folder of this experiment's own stays
+    assert import_finetuning(cell, [source.folder]) is None
+    assert (cell.folder / "models" / "model.pt").read_bytes() == b"own"
+
+    # other recorded settings, another encoder, another split, an untrained cell: not taken, and why
+    random_cell, other = ours["random_L1_d1_s1"], theirs["random_L1_d1_s1"]
+    assert find_reusable_finetuning(random_cell, source.folder)[0] == other.folder
+    cells.write_status(other.folder, {**cells.read_status(other.folder),
+                                      "settings": {**cell_settings(other), "lr": 0.5}})
+    assert find_reusable_finetuning(random_cell, source.folder) == (
+        None, f"{source.folder}'s random_L1_d1_s1 ran with other settings (lr)")
+    _, elsewhere = _experiment_with_cells(tmp_path, "own_encoder", split, encoder=b"pre-trained here")
+    assert find_reusable_finetuning(elsewhere["simclr_L1_d1_s1"], source.folder) == (
+        None, f"{source.folder}'s simclr encoder is not the one this experiment loads")
+    _, reshuffled = _experiment_with_cells(tmp_path, "reshuffled", {**split, "test": split["test"][:1]})
+    assert find_reusable_finetuning(reshuffled["random_L1_d0_s0"], source.folder) == (
+        None, f"{source.folder} split the patients differently")
+    cells.write_status(theirs["simclr_L1_d1_s1"].folder, {"status": "failed"})
+    assert find_reusable_finetuning(ours["simclr_L1_d1_s1"], source.folder) == (
+        None, f"{source.folder} has no trained simclr_L1_d1_s1")
+    # a cell whose pre-training was run again with other settings is not the same run either
+    cells.write_status(theirs["simclr_L1_d0_s0"].folder, {**cells.read_status(theirs["simclr_L1_d0_s0"].folder),
+                                                          "pretrain_settings": {**cell_settings(cell.pretrain),
+                                                                                "temperature": 9.0}})
+    shutil.rmtree(cell.folder)
+    assert find_reusable_finetuning(cell, source.folder) == (
+        None, f"{source.folder}'s simclr_L1_d0_s0 loaded a pre-training with other settings (temperature)")
+
+
+def test_finetune_from_compares_an_unrecorded_cell_on_the_source_plan(tmp_path, caplog):
+    from gcl_monai.benchmark.reuse import find_reusable_finetuning
+
+    split = {k: [{"image": f"/a/{k}.h5#image", "patient": k}] for k in ("pretrain", "train", "val", "test")}
+    source, theirs = _experiment_with_cells(tmp_path, "src", split)
+    _finished_cell(theirs["random_L1_d0_s0"], 0.4)  # from before settings were recorded
+    _, ours = _experiment_with_cells(tmp_path, "dst", split)
+    assert find_reusable_finetuning(ours["random_L1_d0_s0"], source.folder)[0] == theirs["random_L1_d0_s0"].folder
+    assert "ran before settings were recorded" in caplog.text
+    longer, _ = _experiment_with_cells(tmp_path, "longer", split,
+                                       preset=PRESETS["cpu-mini"].replace(finetune={**PRESETS["cpu-mini"].finetune, "epochs": 9}))
+    shutil.copytree(theirs["random_L1_d0_s0"].folder, longer.folder / "finetune" / "random_L1_d0_s0")
+    assert find_reusable_finetuning(ours["random_L1_d0_s0"], longer.folder) == (
+        None, f"{longer.folder}'s random_L1_d0_s0 ran with other overrides (epochs)")
+
+
+def test_run_takes_finished_cells_and_only_evaluates_what_is_missing(tmp_path, monkeypatch):
+    from gcl_monai.benchmark import runner
+    from gcl_monai.benchmark.settings import cell_settings
+
+    split = {k: [{"image": f"/a/{k}.h5#image", "patient": k}] for k in ("pretrain", "train", "val", "test")}
+    source, theirs = _experiment_with_cells(tmp_path, "src", split)
+    for draw, name in enumerate(("random_L1_d0_s0", "random_L1_d1_s1")):
+        _finished_cell(theirs[name], 0.3 + 0.1 * draw, cell_settings(theirs[name]))
+    theirs["random_L1_d1_s1"].dice_file("test").unlink()  # trained, not evaluated yet
+    ran = []
+
+    def fake_finetune(cell):
+        ran.append(cell.folder.name)
+        _finished_cell(cell, 0.7, cell_settings(cell))
+        return "finished"
+
+    monkeypatch.setattr(runner, "run_finetune", fake_finetune)
+    monkeypatch.setattr(runner, "parse_bundle_item", lambda *args: None)
+    monkeypatch.setattr(results, "labelled_patients", lambda cell: "p")
+    preset = PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=2)
+    target = Experiment("dst", "demo", preset, results_dir=tmp_path)
+    target.folder.mkdir()
+    target.split_file("demo").write_text(json.dumps(split))
+    csv_path = runner.run_experiment(target, finetune_from=[source.folder])
+    assert ran == ["random_L1_d1_s1"]  # the taken cell without a test Dice is evaluated (run), d0 is not run
+    assert [r["dice"] for r in read_results(csv_path) if r["test_set"] == "test"] == [pytest.approx(0.3), 0.7]
+    assert "random_L1_d0_s0: taken from" in (target.folder / "progress.log").read_text()
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 
 

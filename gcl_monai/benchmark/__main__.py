@@ -86,6 +86,15 @@ def run_parser() -> argparse.ArgumentParser:
         help="other experiments whose trained fine-tuning cells are taken where they are the same run (method, L, "
         "draw, seed, settings, split, the same encoder) instead of fine-tuning again",
     )
+    parser.add_argument(
+        "--jobs", type=int, default=None,
+        help="cells running at once, each in a worker process with OMP_NUM_THREADS (else cores / jobs) torch "
+        "threads; a fine-tuning cell waits for its pre-training (default 1, or the number of --devices)",
+    )
+    parser.add_argument(
+        "--devices", nargs="+", default=[], metavar="DEVICE",
+        help="devices dealt round-robin to the running cells, e.g. cuda:0 cuda:1 (instead of --device)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan (cells and overrides) and exit")
     return parser
 
@@ -150,9 +159,16 @@ def main_run(argv: Sequence[str]) -> int:
         pretrain_data=args.pretrain_data,
         test_root=args.test_root.resolve() if args.test_root else None,
     )
+    if args.devices and args.device:
+        raise SystemExit("--device and --devices: give one of them.")
+    jobs = args.jobs if args.jobs is not None else max(1, len(args.devices))
+    if jobs < 1:
+        raise SystemExit(f"--jobs must be at least 1, got {jobs}.")
     csv_path = run_experiment(
         experiment,
         dry_run=args.dry_run,
+        jobs=jobs,
+        devices=args.devices,
         pretrain_from=_experiment_folders(args.results_dir, "--pretrain-from", args.pretrain_from),
         finetune_from=_experiment_folders(args.results_dir, "--finetune-from", args.finetune_from),
     )

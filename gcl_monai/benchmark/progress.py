@@ -16,34 +16,39 @@ logger = logging.getLogger("gcl_monai.benchmark")
 class Progress:
     """Logs ``cell i of n``, the elapsed time and an ETA from the mean duration of each kind of cell."""
 
-    def __init__(self, cells: list[PretrainCell | FinetuneCell], durations: dict[str, list[float]]):
+    def __init__(self, cells: list[PretrainCell | FinetuneCell], durations: dict[str, list[float]], jobs: int = 1):
         self.cells = cells
         self.durations = durations
+        self.jobs = jobs
+        self.remaining = set(range(len(cells)))
         self.start = time.time()
 
     @staticmethod
     def kind(cell: PretrainCell | FinetuneCell) -> str:
         return "pretrain" if isinstance(cell, PretrainCell) else "finetune"
 
-    def eta(self, first_remaining: int) -> str:
+    def eta(self) -> str:
+        """The mean duration of each kind of cell times the cells not done yet, shared by the jobs."""
         remaining: dict[str, int] = {}
-        for cell in self.cells[first_remaining:]:
-            remaining[self.kind(cell)] = remaining.get(self.kind(cell), 0) + 1
+        for index in self.remaining:
+            kind = self.kind(self.cells[index])
+            remaining[kind] = remaining.get(kind, 0) + 1
         seconds, unknown = 0.0, []
         for kind, count in remaining.items():
             if self.durations.get(kind):
                 seconds += count * sum(self.durations[kind]) / len(self.durations[kind])
             else:
                 unknown.append(f"{count} {kind}")
-        text = hms(seconds)
+        text = hms(seconds / self.jobs)
         return text + (f" + {', '.join(unknown)} cell(s) not yet timed" if unknown else "")
 
     def log(self, index: int, cell: PretrainCell | FinetuneCell, what: str, started: bool = False) -> None:
-        """Logs cell ``index``; ``started``: the cell is about to run (the ETA includes it)."""
+        """Logs cell ``index``; ``started``: the cell is about to run (the ETA includes it), else it is done."""
+        if not started:
+            self.remaining.discard(index)
         logger.info(
             "[cell %d of %d] %s: %s (elapsed %s, ETA %s)",
-            index + 1, len(self.cells), cell.label, what, hms(time.time() - self.start),
-            self.eta(index if started else index + 1),
+            index + 1, len(self.cells), cell.label, what, hms(time.time() - self.start), self.eta(),
         )
 
     def add(self, cell: PretrainCell | FinetuneCell, seconds: float) -> None:

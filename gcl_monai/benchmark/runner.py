@@ -22,13 +22,12 @@ that ran with other settings than the plan gives it stops the run before anythin
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from gcl_monai.benchmark.bundles import parse_bundle_item
-from gcl_monai.benchmark.cells import pretrain_done, read_status, run_finetune, run_pretrain
+from gcl_monai.benchmark.cells import pretrain_done, read_status
 from gcl_monai.benchmark.experiment import Experiment, FinetuneCell, PretrainCell
 from gcl_monai.benchmark.plan import (
     check_cell_settings,
@@ -44,6 +43,7 @@ from gcl_monai.benchmark.progress import Progress, hms, past_durations
 from gcl_monai.benchmark.report import write_report
 from gcl_monai.benchmark.results import collect_rows, write_csv
 from gcl_monai.benchmark.reuse import import_finetuning, import_pretraining
+from gcl_monai.benchmark.scheduler import run_cells
 
 __all__ = ["run_experiment"]
 
@@ -68,6 +68,8 @@ def run_experiment(
     dry_run: bool = False,
     pretrain_from: Sequence[Path] = (),
     finetune_from: Sequence[Path] = (),
+    jobs: int = 1,
+    devices: Sequence[str] = (),
 ) -> Path | None:
     """
     Runs every cell not finished yet, then writes ``results.csv``, ``table.md`` and the plots.
@@ -79,6 +81,9 @@ def run_experiment(
             same pre-training again (:py:func:`gcl_monai.benchmark.reuse.import_pretraining`).
         finetune_from: folders of other experiments whose trained fine-tuning cells are taken instead of running
             the same cell again (:py:func:`gcl_monai.benchmark.reuse.import_finetuning`).
+        jobs: cells running at once (:py:mod:`gcl_monai.benchmark.scheduler`): one runs them in this process in
+            the plan's order; more run each in a worker process, a fine-tuning cell once its pre-training is done.
+        devices: devices dealt round-robin to the ``jobs`` workers' cells (empty: the preset's device).
 
     Returns:
         the path of ``results.csv`` (None for a dry run).
@@ -100,33 +105,38 @@ def run_experiment(
         # the split files first: every method then reads the same patients
         for dataset, config in ((experiment.data, "train"), (experiment.source, "pretrain")):
             parse_bundle_item(experiment.bundle(dataset), config, "split", experiment.overrides(dataset))
-        progress = Progress(cells, past_durations(pretrain, finetune))
-        for index, cell in enumerate(cells):
+        progress = Progress(cells, past_durations(pretrain, finetune), jobs=jobs)
+
+        def prepare(index: int, cell: PretrainCell | FinetuneCell) -> bool:
+            """Takes, skips or starts a cell whose pre-training is done; True when it is to run."""
             if isinstance(cell, PretrainCell) and (taken := import_pretraining(cell, list(pretrain_from))):
                 progress.log(index, cell, f"taken from {taken}")
-                continue
+                return False
             if isinstance(cell, FinetuneCell) and (taken := import_finetuning(cell, list(finetune_from))):
-                progress.log(index, cell, f"taken from {taken}")
+                progress.log(index, cell, f"taken from {taken}", started=not cell.finished())
                 if cell.finished():
-                    continue
+                    return False
             if isinstance(cell, PretrainCell) and pretrain_done(cell):
                 progress.log(index, cell, f"already {read_status(cell.folder)['status']}, skipped")
-                continue
+                return False
             if isinstance(cell, FinetuneCell) and cell.finished():
                 progress.log(index, cell, "already finished, skipped")
-                continue
+                return False
             if isinstance(cell, FinetuneCell) and cell.pretrain is not None:
                 pre = read_status(cell.pretrain.folder).get("status")
                 if pre != "finished":
                     progress.log(index, cell, f"skipped: its pre-training is {pre or 'missing'}")
-                    continue
+                    return False
             progress.log(index, cell, "starting", started=True)
-            start = time.time()
-            outcome = run_pretrain(cell) if isinstance(cell, PretrainCell) else run_finetune(cell)
+            return True
+
+        def finish(index: int, cell: PretrainCell | FinetuneCell, outcome: str, seconds: float) -> None:
             if outcome == "finished":
-                progress.add(cell, time.time() - start)
-            progress.log(index, cell, f"{outcome} in {hms(time.time() - start)}")
+                progress.add(cell, seconds)
+            progress.log(index, cell, f"{outcome} in {hms(seconds)}")
             write_csv(collect_rows(experiment, every_finetune), experiment.folder / "results.csv")
+
+        run_cells(cells, prepare, finish, jobs=jobs, devices=devices)
         csv_path = write_csv(collect_rows(experiment, every_finetune), experiment.folder / "results.csv")
         write_report(experiment.folder)
         logger.info("Results in %s; table in %s.", csv_path, experiment.folder / "table.md")

@@ -574,7 +574,7 @@ def test_results_and_table_hold_every_run_of_the_folder(tmp_path, monkeypatch):
                        cell_settings(cell))
         return "finished"
 
-    monkeypatch.setattr(runner, "run_finetune", fake_finetune)
+    monkeypatch.setattr(cells, "run_finetune", fake_finetune)
     monkeypatch.setattr(runner, "parse_bundle_item", lambda *args: None)
     monkeypatch.setattr(results, "labelled_patients", lambda cell: "p")
     first = PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=2)
@@ -792,7 +792,7 @@ def test_run_takes_finished_cells_and_only_evaluates_what_is_missing(tmp_path, m
         _finished_cell(cell, 0.7, cell_settings(cell))
         return "finished"
 
-    monkeypatch.setattr(runner, "run_finetune", fake_finetune)
+    monkeypatch.setattr(cells, "run_finetune", fake_finetune)
     monkeypatch.setattr(runner, "parse_bundle_item", lambda *args: None)
     monkeypatch.setattr(results, "labelled_patients", lambda cell: "p")
     preset = PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=2)
@@ -841,17 +841,29 @@ def test_end_to_end_on_the_phantom(tmp_path):
     assert second_run.count("already finished, skipped") == 5 and "starting" not in second_run
     assert len(read_results(folder / "results.csv")) == len(rows)
 
-    # another experiment with the same pre-training settings takes the finished pre-training instead of rerunning it
+    # another experiment with the same settings takes the finished pre-training and fine-tuning cell
     other = [a for a in argv if a not in ("--test-root", external)]
     other[other.index("smoke")] = "reuse"
     other[other.index("--repeats") + 1] = "1"
-    assert main(other + ["--methods", "simclr", "--pretrain-from", "smoke"]) == 0
+    assert main(other + ["--methods", "simclr", "--pretrain-from", "smoke", "--finetune-from", "smoke"]) == 0
     log = (tmp_path / "reuse" / "progress.log").read_text()
     assert f"pretrain simclr: taken from {folder / 'pretrain' / 'simclr'}" in log
-    assert "pretrain simclr: starting" not in log
+    assert f"finetune simclr_L1_d0_s0: taken from {folder / 'finetune' / 'simclr_L1_d0_s0'}" in log
+    assert "starting" not in log
     reused = tmp_path / "reuse" / "pretrain" / "simclr"
     assert (reused / "encoder.pt").read_bytes() == (folder / "pretrain" / "simclr" / "encoder.pt").read_bytes()
-    assert [r["status"] for r in read_results(tmp_path / "reuse" / "results.csv")] == ["ok", "ok"]
+    taken = read_results(tmp_path / "reuse" / "results.csv")
+    assert [r["status"] for r in taken] == ["ok", "ok"]
+    ours = [r for r in rows if (r["method"], r["draw"], r["test_set"]) == ("simclr", 0, "test")]
+    assert [r["dice"] for r in taken if r["test_set"] == "test"] == [ours[0]["dice"]]
+
+    # two cells at a time, each in a worker process: every fine-tuning cell runs (after the pre-training it loads)
+    other[other.index("reuse")] = "parallel"
+    other[other.index("--repeats") + 1] = "2"
+    assert main(other + ["--pretrain-from", "smoke", "--jobs", "2"]) == 0
+    log = (tmp_path / "parallel" / "progress.log").read_text()
+    assert log.count(": starting") == 4 and log.count(": finished in") == 4
+    assert {r["status"] for r in read_results(tmp_path / "parallel" / "results.csv")} == {"ok"}
 
 
 @pytest.mark.slow

@@ -16,7 +16,8 @@ An experiment lives in ``<results_dir>/<name>/``:
 Every cell is a ``monai.bundle.run`` of ``pretrain.json``, ``train.json`` or ``evaluate.json`` with overrides; a
 finished cell is skipped by a rerun and an interrupted pre-training resumes from its last checkpoint; a cell on disk
 that ran with other settings than the plan gives it stops the run before anything starts
-(:py:func:`gcl_monai.benchmark.plan.check_cell_settings`).
+(:py:func:`gcl_monai.benchmark.plan.check_cell_settings`). With ``jobs`` > 1 the cells run in worker processes,
+a fine-tuning cell once its pre-training is done (:py:mod:`gcl_monai.benchmark.scheduler`).
 """
 
 from __future__ import annotations

@@ -184,9 +184,8 @@ def find_reusable_finetuning(cell: FinetuneCell, source: Path) -> tuple[Path | N
         return None, f"{source} holds no {split_file.name}"
     if not same_split(source / split_file.name, split_file):
         return None, f"{source} split the patients differently"
-    ours = cell_settings(cell)
     if SETTINGS_KEY in status:
-        if differ := changed_settings(status[SETTINGS_KEY], ours):
+        if differ := changed_settings(status[SETTINGS_KEY], cell_settings(cell)):
             return None, f"{source}'s {cell.folder.name} ran with other settings ({', '.join(differ)})"
     elif differ := changed_settings(_legacy_finetune_settings(cell, source), _settings(cell.train_overrides)):
         return None, f"{source}'s {cell.folder.name} ran with other overrides ({', '.join(differ)})"
@@ -196,7 +195,8 @@ def find_reusable_finetuning(cell: FinetuneCell, source: Path) -> tuple[Path | N
             return None, f"{source}'s {cell.pretrain.method} encoder is not the one this experiment loads"
         recorded = status.get(PRETRAIN_SETTINGS_KEY)
         if recorded is not None and (differ := changed_settings(recorded, cell_settings(cell.pretrain))):
-            return None, f"{source}'s {cell.folder.name} loaded a pre-training with other settings ({', '.join(differ)})"
+            changed = ", ".join(differ)
+            return None, f"{source}'s {cell.folder.name} loaded a pre-training with other settings ({changed})"
     if SETTINGS_KEY not in status:
         logger.warning(
             "%s: taking %s, which ran before settings were recorded: compared on %s's plan overrides only.",

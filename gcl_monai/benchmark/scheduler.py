@@ -17,7 +17,6 @@ thread count changes a cell's floating-point rounding (docs/benchmark.md).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import multiprocessing
 import os
 import time
@@ -31,8 +30,6 @@ from gcl_monai.benchmark import cells as cell_runs
 from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 
 __all__ = ["InlineExecutor", "on_device", "run_cell", "run_cells", "worker_threads"]
-
-logger = logging.getLogger("gcl_monai.benchmark")
 
 Cell = Union[PretrainCell, FinetuneCell]
 

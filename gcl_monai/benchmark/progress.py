@@ -8,7 +8,7 @@ import time
 from gcl_monai.benchmark.cells import read_status
 from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 
-__all__ = ["Progress", "hms", "past_durations"]
+__all__ = ["Progress", "hms", "past_durations", "recorded_seconds"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
@@ -54,21 +54,32 @@ class Progress:
     def add(self, cell: PretrainCell | FinetuneCell, seconds: float) -> None:
         self.durations.setdefault(self.kind(cell), []).append(seconds)
 
+    def add_recorded(self, cell: PretrainCell | FinetuneCell) -> None:
+        """Counts the recorded duration of a cell taken from another experiment (when it finished there)."""
+        if (seconds := recorded_seconds(cell)) is not None:
+            self.add(cell, seconds)
+
 
 def hms(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 3600:d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+def recorded_seconds(cell: PretrainCell | FinetuneCell) -> float | None:
+    """How long a finished cell took when it ran (its status file), None when it has not finished."""
+    status = read_status(cell.folder)
+    if status.get("status") != "finished":
+        return None
+    if isinstance(cell, PretrainCell):
+        return status.get("seconds")
+    if "finetune_seconds" not in status:
+        return None
+    return status["finetune_seconds"] + sum(status.get("eval_seconds", {}).values())
+
+
 def past_durations(pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> dict[str, list[float]]:
     """Durations of the cells finished by earlier invocations, to seed the ETA."""
     durations: dict[str, list[float]] = {"pretrain": [], "finetune": []}
-    for cell in pretrain:
-        status = read_status(cell.folder)
-        if status.get("status") == "finished":
-            durations["pretrain"].append(status["seconds"])
-    for cell in finetune:
-        status = read_status(cell.folder)
-        if status.get("status") == "finished" and "finetune_seconds" in status:
-            durations["finetune"].append(status["finetune_seconds"] + sum(status.get("eval_seconds", {}).values()))
+    for cells, kind in ((pretrain, "pretrain"), (finetune, "finetune")):
+        durations[kind] += [s for s in map(recorded_seconds, cells) if s is not None]
     return durations

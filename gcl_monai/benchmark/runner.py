@@ -111,9 +111,11 @@ def run_experiment(
         def prepare(index: int, cell: PretrainCell | FinetuneCell) -> bool:
             """Takes, skips or starts a cell whose pre-training is done; True when it is to run."""
             if isinstance(cell, PretrainCell) and (taken := import_pretraining(cell, list(pretrain_from))):
+                progress.add_recorded(cell)
                 progress.log(index, cell, f"taken from {taken}")
                 return False
             if isinstance(cell, FinetuneCell) and (taken := import_finetuning(cell, list(finetune_from))):
+                progress.add_recorded(cell)
                 progress.log(index, cell, f"taken from {taken}", started=not cell.finished())
                 if cell.finished():
                     return False

@@ -784,6 +784,8 @@ def test_run_takes_finished_cells_and_only_evaluates_what_is_missing(tmp_path, m
     source, theirs = _experiment_with_cells(tmp_path, "src", split)
     for draw, name in enumerate(("random_L1_d0_s0", "random_L1_d1_s1")):
         _finished_cell(theirs[name], 0.3 + 0.1 * draw, cell_settings(theirs[name]))
+    cells.write_status(theirs["random_L1_d0_s0"].folder, {**cells.read_status(theirs["random_L1_d0_s0"].folder),
+                                                           "finetune_seconds": 55.0, "eval_seconds": {"test": 5.0}})
     theirs["random_L1_d1_s1"].dice_file("test").unlink()  # trained, not evaluated yet
     ran = []
 
@@ -802,7 +804,10 @@ def test_run_takes_finished_cells_and_only_evaluates_what_is_missing(tmp_path, m
     csv_path = runner.run_experiment(target, finetune_from=[source.folder])
     assert ran == ["random_L1_d1_s1"]  # the taken cell without a test Dice is evaluated (run), d0 is not run
     assert [r["dice"] for r in read_results(csv_path) if r["test_set"] == "test"] == [pytest.approx(0.3), 0.7]
-    assert "random_L1_d0_s0: taken from" in (target.folder / "progress.log").read_text()
+    log = (target.folder / "progress.log").read_text()
+    assert "random_L1_d0_s0: taken from" in log
+    # the taken cell's recorded 60 s time the cell still to run: ETA 0:01:00, not "not yet timed"
+    assert "random_L1_d1_s1: taken from" in log and "ETA 0:01:00)" in log
 
 
 # ------------------------------------------------------------------------------------------------ end to end

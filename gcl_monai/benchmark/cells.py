@@ -94,7 +94,6 @@ def tensorboard_collapse(
     return stuck or (std is not None and std < min_std), loss, std
 
 
-
 def pretrain_done(cell: PretrainCell) -> bool:
     """Finished with the requested number of epochs, or collapsed (a collapse is final: delete the folder to retry)."""
     status = read_status(cell.folder)

@@ -108,7 +108,6 @@ class Method:
             "recipe": self.recipe,
         }
 
-
     def finetune_overrides(self) -> dict[str, Any]:
         """Overrides of ``train.json`` for this method (the initialisation is set per cell)."""
         out: dict[str, Any] = {"freeze_encoder": self.freeze_encoder}

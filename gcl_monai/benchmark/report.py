@@ -1,7 +1,8 @@
 """
 Benchmark report: ``results.csv`` -> the paper's table (mean ± std of Dice over the repeats), the same next to the
-paper's numbers, paired differences to ``random`` and ``simclr`` with 95% t-intervals, per-class Dice, a summary of what each pre-training learned, and
-the plots ``dice_vs_L.png`` and ``pretrain_curves.png``.
+paper's numbers, paired differences to the baselines (``random`` and ``simclr`` unless chosen) with 95% t-intervals,
+per-class Dice, a summary of what each pre-training learned, and the plots ``dice_vs_L.png`` and
+``pretrain_curves.png``.
 """
 
 from __future__ import annotations
@@ -420,7 +421,11 @@ def pretraining_summary(
             continue
         summary = summarise(_rows(scalars, batch), names)
         labels = summary.labels
-        pix = [f"{k}: {s['pix_first']:.3f} → {s['pix_last']:.3f}" for k, s in labels.items() if not math.isnan(s["pix_first"])]
+        pix = [
+            f"{k}: {s['pix_first']:.3f} → {s['pix_last']:.3f}"
+            for k, s in labels.items()
+            if not math.isnan(s["pix_first"])
+        ]
         body.append([
             method,
             str(summary.iterations),

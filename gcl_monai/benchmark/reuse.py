@@ -54,6 +54,7 @@ def _portable(entry: dict[str, Any]) -> dict[str, Any]:
 def same_split(first: Path, second: Path) -> bool:
     """Whether two split files hold the same volumes in every part (pretrain, train, val, test)."""
     a, b = (json.loads(Path(p).read_text()) for p in (first, second))
+
     def volumes(part: list[dict[str, Any]]) -> list[str]:
         return sorted(json.dumps(_portable(entry), sort_keys=True) for entry in part)
 

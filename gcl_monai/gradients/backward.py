@@ -47,10 +47,11 @@ def task_gradients(
         return [
             [torch.zeros_like(p) if g is None else g[m] for p, g in zip(params, grads)] for m in range(len(losses))
         ]
+    last = len(losses) - 1
     return [
         [
             torch.zeros_like(p) if g is None else g
-            for p, g in zip(params, torch.autograd.grad(loss, params, retain_graph=i < len(losses) - 1, allow_unused=True))
+            for p, g in zip(params, torch.autograd.grad(loss, params, retain_graph=i < last, allow_unused=True))
         ]
         for i, loss in enumerate(losses)
     ]

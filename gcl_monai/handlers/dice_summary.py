@@ -81,4 +81,6 @@ class DiceSummary:
         self.output_file.write_text(json.dumps(summary, indent=1))
         engine.state.dice_summary = summary
         per_class = ", ".join(f"{k} {v:.4f}" for k, v in summary["dice_per_class"].items())
-        logger.info("Dice %.4f over %d volumes (%s); written to %s", summary["dice"], len(details), per_class, self.output_file)
+        logger.info(
+            "Dice %.4f over %d volumes (%s); written to %s", summary["dice"], len(details), per_class, self.output_file
+        )

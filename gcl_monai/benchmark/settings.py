@@ -22,6 +22,7 @@ from gcl_monai.benchmark.bundles import bundle_config
 from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 
 __all__ = [
+    "ADDED_LATER",
     "IGNORED_KEYS",
     "PRETRAIN_SETTINGS_KEY",
     "SETTINGS_KEY",
@@ -51,6 +52,11 @@ IGNORED_KEYS = (
     "device",
 )
 
+#: settings added to the bundles after cells were first recorded, with the value that a run before them had (the
+#: behaviour the new switch keeps by default): a record without the key is read with it, so that adding a switch
+#: does not make every recorded cell stale. Add an entry with every new top-level literal of a bundle config.
+ADDED_LATER: dict[str, Any] = {"labeled_pool": "train"}
+
 _EXPRESSION_PREFIXES = ("$", "@", "%")
 
 
@@ -75,8 +81,12 @@ def run_settings(bundle: Path, config: str, overrides: Mapping[str, Any]) -> dic
 
 
 def changed_settings(recorded: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str]:
-    """The keys whose value differs between two settings records (one side missing counts as different)."""
+    """
+    The keys whose value differs between a recorded settings record and today's (one side missing counts as
+    different, except a key of :py:data:`ADDED_LATER` missing from the record, which is read as its value there).
+    """
     missing = object()
+    recorded = {**{k: v for k, v in ADDED_LATER.items() if k in ours}, **recorded}
     return sorted(k for k in set(recorded) | set(ours) if recorded.get(k, missing) != ours.get(k, missing))
 
 

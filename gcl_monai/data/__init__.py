@@ -22,7 +22,15 @@ from gcl_monai.data.json_datalist import read_json_datalist
 from gcl_monai.data.layouts import detect_layout, load_datalist
 from gcl_monai.data.mmwhs import MMWHS_LABEL_NAMES, MMWHS_LABEL_VALUES, read_mmwhs
 from gcl_monai.data.prostate import MSD_LABEL_NAMES, MSD_TO_MULTISITE_LABELS, MULTISITE_LABEL_NAMES, read_prostate
-from gcl_monai.data.splits import labeled_subset, load_split, save_split, split_patients, unlabeled_subset
+from gcl_monai.data.splits import (
+    LABELED_POOLS,
+    labeled_pool,
+    labeled_subset,
+    load_split,
+    save_split,
+    split_patients,
+    unlabeled_subset,
+)
 
 # imported on first use: the phantom (so `python -m gcl_monai.data.phantom` runs it only once), and the
 # bundle glue and slice dataset (torch-heavy)
@@ -59,6 +67,7 @@ __all__ = [
     "MSD_LABEL_NAMES",
     "MSD_TO_MULTISITE_LABELS",
     "MULTISITE_LABEL_NAMES",
+    "LABELED_POOLS",
     "DatalistError",
     "SliceDataset",
     "SliceRecord",
@@ -70,6 +79,7 @@ __all__ = [
     "generate_acdc_phantom",
     "h5_path",
     "inference_datalist",
+    "labeled_pool",
     "labeled_subset",
     "load_datalist",
     "load_or_create_split",

@@ -541,6 +541,28 @@ def test_cells_run_with_other_settings_are_refused_not_taken_as_done(tmp_path):
         plan.check_cell_settings([pretrain])
 
 
+def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_path):
+    """A cell recorded before ``labeled_pool`` existed drew from the fine-tuning pool: not stale at the default."""
+    from gcl_monai.benchmark.settings import ADDED_LATER, cell_settings, changed_settings
+
+    experiment = Experiment("a", "demo", PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=2),
+                            results_dir=tmp_path)
+    older, other_pool = plan_cells(experiment)[1]
+    ours = cell_settings(older)
+    assert ours["labeled_pool"] == ADDED_LATER["labeled_pool"] == "train"
+    before = {k: v for k, v in ours.items() if k != "labeled_pool"}
+    assert changed_settings(before, ours) == []
+    assert changed_settings(before, {**ours, "labeled_pool": "train+pretrain"}) == ["labeled_pool"]
+    assert changed_settings({**before, "lr": 1.0}, ours) == ["lr"]  # any other missing or changed key still counts
+    assert changed_settings({k: v for k, v in before.items() if k != "lr"}, ours) == ["lr"]
+    _finished_cell(older, 0.5, before)
+    _finished_cell(other_pool, 0.5, {**ours, "labeled_pool": "train+pretrain"})
+    with pytest.raises(ValueError, match=r"random_L1_d1_s1 .*labeled_pool was 'train\+pretrain', now 'train'"):
+        plan.check_cell_settings([older, other_pool])
+    shutil.rmtree(other_pool.folder)
+    assert plan.check_cell_settings([older, other_pool]) == 0
+
+
 def test_runs_record_their_settings(tmp_path, monkeypatch):
     from gcl_monai.benchmark.settings import cell_settings
 

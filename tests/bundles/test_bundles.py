@@ -125,6 +125,23 @@ def test_semi_supervised_switches_run_through_the_bundle(semi_supervised, init, 
     assert (trainer.teacher is not None) == (semi_supervised != "vat")
 
 
+def test_labeled_pool_switch_draws_from_the_pretraining_patients_too(demo_root):
+    def parsed(item, **override):
+        wf = ConfigWorkflow(config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(demo_root),
+                            run_id="run", **{**TINY_FT, **override})
+        return wf.parser.get_parsed_content(item)
+
+    split = parsed("split")
+    train, pretrain = ({d["patient"] for d in split[k]} for k in ("train", "pretrain"))
+
+    def drawn(**override):
+        return set().union(*({d["patient"] for d in parsed("labeled", draw=k, **override)} for k in range(6)))
+
+    assert drawn() <= train  # the default: the fine-tuning pool only
+    both = drawn(labeled_pool="train+pretrain")
+    assert both <= train | pretrain and both & pretrain  # the pre-training patients can be labelled now
+
+
 def test_semi_supervised_switch_without_unlabelled_patients_fails_clearly(demo_root):
     only_pool = "$gcl_monai.data.unlabeled_subset(@split['train'], @labeled)"  # the pool has 2 patients
     with pytest.raises(RuntimeError) as error:  # the bundle's config error, raised from the ValueError

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from gcl_monai.data import labeled_subset, load_split, save_split, split_patients, unlabeled_subset
+from gcl_monai.data import (
+    labeled_pool,
+    labeled_subset,
+    load_split,
+    save_split,
+    split_patients,
+    unlabeled_subset,
+)
 from gcl_monai.data.acdc import ACDC_GROUPS
 
 
@@ -86,6 +93,18 @@ def test_labeled_subset_counts_patients():
     subset = labeled_subset(train, num_labeled=2, draw=0, seed=0)
     assert len(patients(subset)) == 2 and len(subset) == 4  # both frames of each labelled patient
     assert patients(subset) == patients(labeled_subset(list(reversed(train)), 2, 0, 0))  # order-independent
+
+
+def test_labeled_pool_adds_the_pretraining_patients_on_request():
+    split = split_patients(acdc_like(4), num_pretrain=10, num_val=2, num_test=4, seed=0)  # 20 patients, pool of 4
+    assert labeled_pool(split) == split["train"]
+    both = labeled_pool(split, "train+pretrain")
+    assert patients(both) == patients(split["train"]) | patients(split["pretrain"]) and len(patients(both)) == 14
+    # 14 distinct L = 1 draws instead of 4, none from the validation or test patients
+    singles = {frozenset(patients(labeled_subset(both, 1, d))) for d in range(14)}
+    assert len(singles) == 14 and not frozenset().union(*singles) & (patients(split["val"]) | patients(split["test"]))
+    with pytest.raises(ValueError, match=r"labeled_pool must be one of \('train', 'train\+pretrain'\), got 'all'"):
+        labeled_pool(split, "all")
 
 
 def test_labeled_subset_draws():

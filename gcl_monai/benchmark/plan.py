@@ -17,7 +17,7 @@ from gcl_monai.benchmark.bundles import bundle_config
 from gcl_monai.benchmark.cells import pretrain_done, read_status, trained
 from gcl_monai.benchmark.experiment import EXTERNAL_TEST, INTERNAL_TEST, Experiment, FinetuneCell, PretrainCell
 from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS, UnsupportedMethod, preset_cuts
-from gcl_monai.benchmark.settings import PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, cell_settings, changed_settings
+from gcl_monai.benchmark.settings import PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, recorded_changes
 
 __all__ = [
     "check_cell_settings",
@@ -197,13 +197,11 @@ def check_cell_settings(cells: Sequence[PretrainCell | FinetuneCell]) -> int:
         if SETTINGS_KEY not in status:
             unrecorded += 1
             continue
-        records = [("", status[SETTINGS_KEY], cell_settings(cell))]
-        if isinstance(cell, FinetuneCell) and cell.pretrain is not None and PRETRAIN_SETTINGS_KEY in status:
-            records.append(("its pre-training's ", status[PRETRAIN_SETTINGS_KEY], cell_settings(cell.pretrain)))
+        whose = {SETTINGS_KEY: "", PRETRAIN_SETTINGS_KEY: "its pre-training's "}
         changes = [
-            f"{whose}{k} was {recorded.get(k, '(absent)')!r}, now {ours.get(k, '(absent)')!r}"
-            for whose, recorded, ours in records
-            for k in changed_settings(recorded, ours)
+            f"{whose[record]}{k} was {was!r}, now {now!r}"
+            for record, items in recorded_changes(status, cell).items()
+            for k, was, now in items
         ]
         if changes:
             stale.append(f"{cell.label} ({cell.folder}): {', '.join(changes)}")

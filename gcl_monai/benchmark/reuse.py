@@ -31,8 +31,8 @@ from gcl_monai.benchmark.settings import (
     IGNORED_KEYS,
     PRETRAIN_SETTINGS_KEY,
     SETTINGS_KEY,
-    cell_settings,
     changed_settings,
+    recorded_changes,
 )
 
 __all__ = [
@@ -82,9 +82,7 @@ def find_reusable(cell: PretrainCell, source: Path) -> tuple[PretrainCell | None
                          stored.get("config", "pretrain"))
     if other.config != cell.config:
         return None, f"{source}'s pre-training of {cell.method} ran {other.config}.json, not {cell.config}.json"
-    theirs, ours = _settings(other.overrides), _settings(cell.overrides)
-    if theirs != ours:
-        differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+    if differ := changed_settings(_settings(other.overrides), _settings(cell.overrides)):
         return None, f"{source}'s pre-training of {cell.method} has other settings ({', '.join(differ)})"
     if not Path(other.overrides["split_file"]).exists():
         return None, f"{source} holds no {Path(other.overrides['split_file']).name}"
@@ -92,8 +90,7 @@ def find_reusable(cell: PretrainCell, source: Path) -> tuple[PretrainCell | None
         return None, f"{source} split the patients differently"
     if not pretrain_done(other):
         return None, f"{source}'s pre-training of {cell.method} has not finished"
-    recorded = read_status(other.folder).get(SETTINGS_KEY)
-    if recorded is not None and (differ := changed_settings(recorded, cell_settings(cell))):
+    if differ := [k for k, _, _ in recorded_changes(read_status(other.folder), cell).get(SETTINGS_KEY, ())]:
         return None, f"{source}'s pre-training of {cell.method} ran with other bundle settings ({', '.join(differ)})"
     return other, f"the same pre-training ({read_status(other.folder)['status']}) in {source}"
 
@@ -185,8 +182,9 @@ def find_reusable_finetuning(cell: FinetuneCell, source: Path) -> tuple[Path | N
         return None, f"{source} holds no {split_file.name}"
     if not same_split(source / split_file.name, split_file):
         return None, f"{source} split the patients differently"
+    changes = {record: [k for k, _, _ in items] for record, items in recorded_changes(status, cell).items()}
     if SETTINGS_KEY in status:
-        if differ := changed_settings(status[SETTINGS_KEY], cell_settings(cell)):
+        if differ := changes[SETTINGS_KEY]:
             return None, f"{source}'s {cell.folder.name} ran with other settings ({', '.join(differ)})"
     elif differ := changed_settings(_legacy_finetune_settings(cell, source), _settings(cell.train_overrides)):
         return None, f"{source}'s {cell.folder.name} ran with other overrides ({', '.join(differ)})"
@@ -194,8 +192,7 @@ def find_reusable_finetuning(cell: FinetuneCell, source: Path) -> tuple[Path | N
         theirs, encoder = source / "pretrain" / cell.pretrain.method / "encoder.pt", cell.pretrain.folder / "encoder.pt"
         if not (theirs.exists() and encoder.exists() and filecmp.cmp(theirs, encoder, shallow=False)):
             return None, f"{source}'s {cell.pretrain.method} encoder is not the one this experiment loads"
-        recorded = status.get(PRETRAIN_SETTINGS_KEY)
-        if recorded is not None and (differ := changed_settings(recorded, cell_settings(cell.pretrain))):
+        if differ := changes.get(PRETRAIN_SETTINGS_KEY):
             changed = ", ".join(differ)
             return None, f"{source}'s {cell.folder.name} loaded a pre-training with other settings ({changed})"
     if SETTINGS_KEY not in status:

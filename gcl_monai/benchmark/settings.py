@@ -28,6 +28,7 @@ __all__ = [
     "SETTINGS_KEY",
     "cell_settings",
     "changed_settings",
+    "recorded_changes",
     "run_settings",
 ]
 
@@ -95,3 +96,25 @@ def cell_settings(cell: PretrainCell | FinetuneCell) -> dict[str, Any]:
     if isinstance(cell, PretrainCell):
         return run_settings(cell.bundle, cell.config, cell.overrides)
     return run_settings(cell.bundle, "train", cell.train_overrides)
+
+
+def recorded_changes(
+    status: Mapping[str, Any], cell: PretrainCell | FinetuneCell
+) -> dict[str, list[tuple[str, Any, Any]]]:
+    """
+    What differs between the settings recorded in a status file and what the plan gives ``cell`` today: under
+    :py:data:`SETTINGS_KEY` (the cell's own run) and, for a fine-tuning cell, :py:data:`PRETRAIN_SETTINGS_KEY` (the
+    pre-training whose encoder it loaded), each a list of ``(key, recorded value, today's value)``, ``"(absent)"``
+    for a missing value. A record the status does not hold is not compared (no entry).
+    """
+    runs: list[tuple[str, PretrainCell | FinetuneCell]] = [(SETTINGS_KEY, cell)]
+    if isinstance(cell, FinetuneCell) and cell.pretrain is not None:
+        runs.append((PRETRAIN_SETTINGS_KEY, cell.pretrain))
+    changes = {}
+    for record, run in runs:
+        if record in status:
+            recorded, ours = status[record], cell_settings(run)
+            changes[record] = [
+                (k, recorded.get(k, "(absent)"), ours.get(k, "(absent)")) for k in changed_settings(recorded, ours)
+            ]
+    return changes

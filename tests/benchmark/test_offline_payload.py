@@ -1,0 +1,89 @@
+"""The offline payload: a dataset folder packed and restored bit for bit, compactly, and damage detected."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+
+import numpy as np
+import pytest
+
+from benchmarks.offline_payload import _integer_encoding, pack, unpack
+
+h5py = pytest.importorskip("h5py")
+
+
+def _dataset_folder(root):
+    rng = np.random.default_rng(0)
+    root.mkdir()
+    # intensities k / max with integer k, as in the shared ACDC files; an uint8 label; floats of no such form
+    k = rng.integers(0, 659, size=(3, 20, 18))
+    k.flat[0] = 658
+    ratio = (k / 658.0).astype(np.float32)
+    with h5py.File(root / "patient001_frame01.h5", "w") as h5:
+        h5.create_dataset("image", data=ratio, compression="gzip")
+        h5.create_dataset("label", data=rng.integers(0, 4, size=(3, 20, 18)).astype(np.uint8))
+        h5.create_dataset("noise", data=rng.normal(size=(4, 5)).astype(np.float32))
+    (root / "images").mkdir()
+    (root / "images" / "Case00.nii.gz").write_bytes(gzip.compress(rng.integers(0, 9, 4000).astype(np.uint16).tobytes()))
+    (root / "README.md").write_text("notes\n")
+    return root
+
+
+def test_round_trip_is_bit_exact(tmp_path):
+    src = _dataset_folder(tmp_path / "src")
+    manifest = pack(src, tmp_path / "a.tar.xz")
+    assert manifest["patient001_frame01.h5"]["datasets"]["image"]["divisor"] == 658
+    assert manifest["patient001_frame01.h5"]["datasets"]["noise"]["divisor"] is None
+    written = unpack(tmp_path / "a.tar.xz", tmp_path / "dst")
+    assert sorted(p.relative_to(tmp_path / "dst").as_posix() for p in written) == [
+        "README.md", "images/Case00.nii.gz", "patient001_frame01.h5"]
+    with h5py.File(src / "patient001_frame01.h5") as a, h5py.File(tmp_path / "dst" / "patient001_frame01.h5") as b:
+        assert set(a) == set(b)
+        for key in a:
+            assert a[key].dtype == b[key].dtype
+            np.testing.assert_array_equal(a[key][()].view(np.uint8), b[key][()].view(np.uint8))
+    assert gzip.decompress((tmp_path / "dst/images/Case00.nii.gz").read_bytes()) == gzip.decompress(
+        (src / "images/Case00.nii.gz").read_bytes())
+    assert (tmp_path / "dst/README.md").read_text() == "notes\n"
+
+
+def test_ratio_images_are_stored_as_16_bit_integers(tmp_path):
+    src = _dataset_folder(tmp_path / "src")
+    pack(src, tmp_path / "a.tar.xz")
+    with tarfile.open(tmp_path / "a.tar.xz") as tar:
+        stored = np.load(io.BytesIO(tar.extractfile("patient001_frame01.h5/image.npy").read()))
+        assert stored.dtype == np.uint16 and stored.max() == 658
+        assert np.load(io.BytesIO(tar.extractfile("patient001_frame01.h5/noise.npy").read())).dtype == np.float32
+
+
+def test_integer_encoding_refuses_what_it_cannot_restore():
+    assert _integer_encoding(np.array([0.0, 0.5, 1.0], dtype=np.float64)) is None  # not float32
+    assert _integer_encoding(np.array([0.0, np.nan], dtype=np.float32)) is None
+    assert _integer_encoding(np.array([0.1, 0.35, 0.2], dtype=np.float32)) is None  # no common step
+    k, divisor = _integer_encoding(np.array([0.0, 1 / 3, 2 / 3, 1.0], dtype=np.float32))
+    assert divisor == 3 and k.tolist() == [0, 1, 2, 3]
+
+
+def test_damaged_archive_is_refused(tmp_path):
+    src = _dataset_folder(tmp_path / "src")
+    pack(src, tmp_path / "a.tar.xz")
+    with tarfile.open(tmp_path / "a.tar.xz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    members["README.md"] = b"other\n"
+    with tarfile.open(tmp_path / "b.tar.xz", "w:xz") as tar:
+        for name, payload in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    with pytest.raises(ValueError, match="README.md does not restore"):
+        unpack(tmp_path / "b.tar.xz", tmp_path / "dst")
+
+
+def test_empty_or_missing_source(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="empty"):
+        pack(tmp_path / "empty", tmp_path / "a.tar.xz")
+    with pytest.raises(FileNotFoundError, match="missing"):
+        pack(tmp_path / "missing", tmp_path / "a.tar.xz")

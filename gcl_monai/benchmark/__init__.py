@@ -6,6 +6,7 @@ Command line: ``python -m gcl_monai.benchmark --help`` (see ``docs/benchmark.md`
 """
 
 from gcl_monai.benchmark.presets import ALL_METHODS, METHODS, PRESETS, Method, Preset, get_preset, preset_cuts
+from gcl_monai.benchmark.power import detectable_difference, pairs_needed
 from gcl_monai.benchmark.report import paired_difference, read_results, write_report
 from gcl_monai.benchmark.bundles import default_bundle_dir
 from gcl_monai.benchmark.experiment import DATASETS, Experiment
@@ -21,8 +22,10 @@ __all__ = [
     "Method",
     "Preset",
     "default_bundle_dir",
+    "detectable_difference",
     "get_preset",
     "paired_difference",
+    "pairs_needed",
     "plan_cells",
     "preset_cuts",
     "read_results",

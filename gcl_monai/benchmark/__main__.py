@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gcl_monai.benchmark.presets import METHODS, PRESETS, Preset, finetune_iteration_overrides, get_preset
-from gcl_monai.benchmark.report import BASELINES, read_results, write_report
+from gcl_monai.benchmark.report import BASELINES, POWER_DIFFERENCES, read_results, write_report
 from gcl_monai.benchmark.bundles import default_bundle_dir
 from gcl_monai.benchmark.experiment import DATASETS, Experiment
 from gcl_monai.benchmark.runner import run_experiment
@@ -214,7 +214,18 @@ def main_report(argv: Sequence[str]) -> int:
         help=f"methods every other method is paired with (default: {' '.join(BASELINES)}); e.g. add gcl for the "
         "semi-supervised rows on top of it, or multi_meta for GradMitigator's share",
     )
+    parser.add_argument(
+        "--power-differences",
+        nargs="*",
+        type=float,
+        default=list(POWER_DIFFERENCES),
+        metavar="DICE",
+        help="true differences for which the report gives the pairs needed at the measured spread (default: "
+        f"{' '.join(map(str, POWER_DIFFERENCES))}; none: no power table)",
+    )
     args = parser.parse_args(argv)
+    if any(not 0 < d < 1 for d in args.power_differences):
+        parser.error(f"--power-differences must be in (0, 1), got {args.power_differences}.")
     folder = args.results_dir / args.name
     if not (folder / "plan.json").exists():
         parser.error(f"{folder} holds no plan.json: no experiment of that name in {args.results_dir}.")
@@ -222,7 +233,7 @@ def main_report(argv: Sequence[str]) -> int:
     missing = [b for b in args.baselines if b not in known]
     if missing:
         parser.error(f"--baselines {' '.join(missing)}: not among the methods of {folder} ({', '.join(known)}).")
-    print(write_report(folder, args.baselines).read_text())
+    print(write_report(folder, args.baselines, args.power_differences).read_text())
     return 0
 
 

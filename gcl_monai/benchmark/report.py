@@ -21,6 +21,7 @@ import torch
 from scipy import stats
 
 from gcl_monai.benchmark.paper_results import FULLY_SUPERVISED_L, PAPER_DICE, paper_dice
+from gcl_monai.benchmark.power import ALPHA, POWER, detectable_difference, pairs_needed, spread
 from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS
 from gcl_monai.diagnose import encoder_weight_ranks, summarise
 from gcl_monai.losses import chance_level
@@ -42,6 +43,8 @@ logger = logging.getLogger("gcl_monai.benchmark")
 
 #: the methods whose paired differences the report shows by default (``report --baselines`` chooses others).
 BASELINES = ("random", "simclr")
+#: true differences of Dice for which the report gives the pairs needed (``report --power-differences``)
+POWER_DIFFERENCES = (0.03, 0.05)
 #: ``test_set`` of the rows that hold the validation patients' Dice (``results.csv``), on which recipes are chosen
 VALIDATION_SET = "val"
 INT_COLUMNS = ("num_labeled", "repeat", "draw", "seed")
@@ -164,17 +167,31 @@ def _test_sets(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return list(dict.fromkeys(r["test_set"] for r in rows))
 
 
+def _resolution_cell(values: Sequence[float], baseline: Sequence[float], targets: Sequence[float]) -> str:
+    """``sd 0.051: ±0.073; ±0.03 needs 25`` for the paired differences ``values - baseline``."""
+    sd = spread(np.asarray(values, dtype=float) - np.asarray(baseline, dtype=float))
+    if math.isnan(sd):
+        return "–"
+    needed = "; ".join(f"±{t:.2f} needs {pairs_needed(sd, t) or '–'}" for t in targets)
+    return f"sd {sd:.3f}: ±{detectable_difference(sd, len(values)):.3f}" + (f"; {needed}" if needed else "")
+
+
 def markdown_report(
-    rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], baselines: Sequence[str] = BASELINES
+    rows: Sequence[Mapping[str, Any]],
+    plan: Mapping[str, Any],
+    baselines: Sequence[str] = BASELINES,
+    power_differences: Sequence[float] = POWER_DIFFERENCES,
 ) -> str:
     """
     The Markdown report: for each test set, Dice per method (rows) and L (columns) as ``mean ± std`` over all
-    repeats, the paired differences to each of ``baselines`` that the experiment has, and the per-class Dice.
+    repeats, the paired differences to each of ``baselines`` that the experiment has with what those pairs can
+    resolve (:py:mod:`gcl_monai.benchmark.power`), and the per-class Dice.
 
     Args:
         rows: rows of ``results.csv`` (see :py:func:`read_results`).
         plan: the experiment's ``plan.json``.
         baselines: methods to pair every other method with (e.g. ``gcl`` for the semi-supervised rows on top of it).
+        power_differences: true differences for which the report gives the pairs needed (empty: no power table).
     """
     preset = plan["preset"]
     methods, labels, ls = plan["methods"], plan["labels"], _columns(plan)
@@ -241,6 +258,21 @@ def markdown_report(
                     if m != baseline
                 ),
             )
+            if power_differences:
+                targets = ", ".join(f"±{t:.2f}" for t in power_differences)
+                lines += [
+                    "",
+                    f"What these pairs resolve: the standard deviation of the paired differences, the smallest true "
+                    f"difference that this many pairs detect with {POWER:.0%} power (two-sided paired t-test at "
+                    f"{ALPHA:.0%}), and the pairs needed, at this spread, for a true difference of {targets}.",
+                    "",
+                ]
+                lines += _table(
+                    ["Method", *[_l_name(n) for n in ls]],
+                    ([labels[m], *[_resolution_cell(*paired_values(rows, m, baseline, n, test_set),
+                                                    power_differences) for n in ls]]
+                     for m in methods if m != baseline),
+                )
         classes = [k[len("dice_"):] for k in (rows[0] if rows else {}) if k.startswith("dice_")]
         if classes and not validation:  # the validation Dice is the trainer's mean over the classes
             lines += ["", f"### Dice per class (`{test_set}`), mean over the repeats", ""]
@@ -468,11 +500,13 @@ def pretraining_summary(
     ]
 
 
-def write_report(folder: str | Path, baselines: Sequence[str] = BASELINES) -> Path:
+def write_report(
+    folder: str | Path, baselines: Sequence[str] = BASELINES, power_differences: Sequence[float] = POWER_DIFFERENCES
+) -> Path:
     """
     Writes ``table.md``, ``dice_vs_L.png`` and ``pretrain_curves.png`` of the experiment in ``folder`` from its
-    ``results.csv`` and ``plan.json``, with the paired differences to each of ``baselines``
-    (:py:func:`markdown_report`).
+    ``results.csv`` and ``plan.json``, with the paired differences to each of ``baselines`` and the pairs needed
+    for ``power_differences`` (:py:func:`markdown_report`).
 
     Returns:
         the path of ``table.md``.
@@ -484,7 +518,8 @@ def write_report(folder: str | Path, baselines: Sequence[str] = BASELINES) -> Pa
     table = folder / "table.md"
     curves = read_pretrain_scalars(folder, plan)
     summary = pretraining_summary(curves, plan, read_encoder_ranks(folder, plan))
-    table.write_text(markdown_report(rows, plan, baselines) + "".join(f"{line}\n" for line in summary))
+    report = markdown_report(rows, plan, baselines, power_differences)
+    table.write_text(report + "".join(f"{line}\n" for line in summary))
     plot_dice_vs_l(rows, plan, folder / "dice_vs_L.png")
     plot_pretrain_curves(curves, plan, folder / "pretrain_curves.png")
     logger.info("Report written to %s.", table)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import subprocess
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,3 +89,11 @@ def test_empty_or_missing_source(tmp_path):
         pack(tmp_path / "empty", tmp_path / "a.tar.xz")
     with pytest.raises(FileNotFoundError, match="missing"):
         pack(tmp_path / "missing", tmp_path / "a.tar.xz")
+
+
+def test_setup_script_names_a_missing_payload(tmp_path):
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "offline_setup.sh"
+    done = subprocess.run(["bash", "-c", f"source {script} {tmp_path / 'nothing'}; echo sourced $?"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert "sourced 1" in done.stdout
+    assert f"{tmp_path / 'nothing'}/wheels not found" in done.stderr

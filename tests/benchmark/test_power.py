@@ -1,41 +1,50 @@
-"""What paired draws resolve: the paired t-test's power, checked against the noncentral t distribution."""
+"""What paired draws resolve: the paired t-test's power, checked by simulation and against reference values."""
 
 from __future__ import annotations
 
 import json
 import math
 
+import numpy as np
 import pytest
 from scipy import stats
 
 from gcl_monai.benchmark import results
 from gcl_monai.benchmark.__main__ import main
-from gcl_monai.benchmark.power import detectable_difference, pairs_needed, spread
+from gcl_monai.benchmark.power import detectable_difference, paired_t_power, pairs_needed, spread
 from gcl_monai.benchmark.presets import METHODS
 
 
-def _power(difference, sd, n, alpha=0.05):
-    """Two-sided paired t-test power from the noncentral t distribution (df n - 1, noncentrality d sqrt(n) / sd)."""
-    t = stats.t.ppf(1 - alpha / 2, n - 1)
-    nc = difference * math.sqrt(n) / sd
-    return stats.nct.sf(t, n - 1, nc) + stats.nct.cdf(-t, n - 1, nc)
+def test_power_matches_a_simulation_of_the_paired_t_test():
+    rng = np.random.default_rng(0)
+    n, sd = 6, 0.05
+    delta = detectable_difference(sd, n)
+    d = rng.normal(delta, sd, size=(40000, n))
+    rejected = np.abs(stats.ttest_1samp(d, 0.0, axis=1).pvalue) < 0.05
+    assert rejected.mean() == pytest.approx(0.8, abs=0.01)
+    assert paired_t_power(0.0, sd, n) == pytest.approx(0.05)  # no difference: the test's level
 
 
-def test_detectable_difference_has_the_stated_power():
+def test_detectable_difference_against_reference_values():
+    # effect sizes (difference / sd) at 80% power, two-sided 5%, from statsmodels 0.15 TTestPower.solve_power
+    for n, effect in ((3, 3.264043552819638), (6, 1.4345451395119289), (24, 0.5971839032778883),
+                      (100, 0.2829117119690806)):
+        assert detectable_difference(1.0, n) == pytest.approx(effect, rel=1e-4)
     # six draws at the spread of GCL - random on ACDC (0.051): about +0.073 (docs/recipe.md)
-    delta = detectable_difference(0.051, 6)
-    assert delta == pytest.approx(0.0732, abs=5e-4)
-    assert _power(delta, 0.051, 6) == pytest.approx(0.8, abs=1e-4)
-    assert detectable_difference(0.102, 6) == pytest.approx(2 * delta)  # linear in the spread
-    assert detectable_difference(0.051, 12) < delta
+    assert detectable_difference(0.051, 6) == pytest.approx(0.0732, abs=5e-4)
+    assert detectable_difference(0.102, 6) == pytest.approx(2 * detectable_difference(0.051, 6))
     assert math.isnan(detectable_difference(0.051, 1)) and math.isnan(detectable_difference(0.0, 6))
     assert math.isnan(detectable_difference(math.nan, 6))
 
 
 def test_pairs_needed_is_the_first_n_with_the_stated_power():
-    for sd, difference in ((0.051, 0.03), (0.044, 0.03), (0.06, 0.03), (0.05, 0.10)):
+    # statsmodels' solve_power: effect 0.3 -> 89.15 pairs, 1.0 -> 9.94 (it returns NaN for effect 10)
+    assert pairs_needed(1.0, 0.3) == 90 and pairs_needed(1.0, 1.0) == 10
+    for sd, difference in ((0.051, 0.03), (0.044, 0.03), (0.06, 0.03), (0.05, 0.10), (0.01, 0.10), (0.01, 0.2)):
         n = pairs_needed(sd, difference)
-        assert _power(difference, sd, n) >= 0.8 > _power(difference, sd, n - 1)
+        assert paired_t_power(difference, sd, n) >= 0.8
+        assert n == 2 or paired_t_power(difference, sd, n - 1) < 0.8
+    assert pairs_needed(0.01, 0.10) == 3  # power 0.73 with 2 pairs, 0.99999 with 3
     assert pairs_needed(0.044, 0.03) == 19 and pairs_needed(0.044, -0.03) == 19
     assert pairs_needed(0.0, 0.03) is None and pairs_needed(0.05, 0.0) is None
 
@@ -62,7 +71,6 @@ def test_report_states_what_the_pairs_resolve(tmp_path):
     lines = (folder / "table.md").read_text().splitlines()
     # differences (0.1, 0.0, 0.2): sd 0.1; three pairs detect detectable_difference(0.1, 3); 0.05 needs 34 pairs
     delta = detectable_difference(0.1, 3)
-    assert _power(delta, 0.1, 3) == pytest.approx(0.8, abs=1e-4)
     assert f"| SimCLR (Base) | sd 0.100: ±{delta:.3f}; ±0.05 needs {pairs_needed(0.1, 0.05)} |" in lines
     assert pairs_needed(0.1, 0.05) == 34
     assert main(["report", "--name", "hand", "--results-dir", str(tmp_path), "--power-differences"]) == 0

@@ -1,5 +1,6 @@
 """
-Everything a benchmark needs on an offline accelerator machine, in as few bytes as possible, restored bit for bit.
+Everything a benchmark needs on an offline accelerator machine, in as few bytes as possible, its values restored bit
+for bit.
 
 Some GPU machines reach no package index and no shared drive, and take the files that come with a job under a size
 cap. This script prepares, on a machine that has the data and the index, one folder (``.offline`` by default) to
@@ -11,7 +12,9 @@ send along with the repository, and restores it on the other side:
   files are stored decompressed (xz compresses the voxels better than gzip); any other file as it is. Every array
   is checked to reconstruct bit for bit before it is stored, its SHA-256 is recorded, and ``unpack`` checks it
   again. Shared ACDC folder (160 volumes, 90 MB as gzip-compressed HDF5): about 51 MB.
-- ``unpack ARCHIVE DEST``: the dataset folder again, with the same file names, dataset names, dtypes and values.
+- ``unpack ARCHIVE DEST``: the dataset folder again, with the same file names, dataset names, dtypes and values
+  (HDF5 attributes and the gzip containers' own headers are not kept: a ``.nii.gz`` is re-compressed around the
+  same bytes).
 - ``wheels DEST``: the wheels of the packages this project needs beyond PyTorch, NumPy, SciPy, h5py, PyYAML,
   matplotlib and TensorBoard (which GPU images carry), at the versions installed here, for CPython 3.12 on
   x86-64 Linux (``--python-version`` to change).
@@ -106,9 +109,13 @@ def pack(src: Path, archive: Path, preset: int = 6) -> dict:
             if path.suffix == ".h5":
                 entry: dict[str, dict] = {}
                 with h5py.File(path, "r") as h5:
+                    if h5.attrs:
+                        raise ValueError(f"{path}: the file has attributes, which are not packed.")
                     for key, dataset in h5.items():
                         if not isinstance(dataset, h5py.Dataset):
                             raise ValueError(f"{path}: only top-level datasets are supported, {key!r} is a group.")
+                        if dataset.attrs:
+                            raise ValueError(f"{path}: dataset {key!r} has attributes, which are not packed.")
                         values = dataset[()]
                         encoded = _integer_encoding(values)
                         stored, divisor = (values, None) if encoded is None else encoded

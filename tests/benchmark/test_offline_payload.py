@@ -97,3 +97,11 @@ def test_setup_script_names_a_missing_payload(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path)
     assert "sourced 1" in done.stdout
     assert f"{tmp_path / 'nothing'}/wheels not found" in done.stderr
+
+
+def test_attributes_are_refused_not_dropped(tmp_path):
+    (tmp_path / "src").mkdir()
+    with h5py.File(tmp_path / "src" / "a.h5", "w") as h5:
+        h5.create_dataset("image", data=np.zeros((2, 2), dtype=np.float32)).attrs["spacing"] = (1.5, 1.5)
+    with pytest.raises(ValueError, match="'image' has attributes"):
+        pack(tmp_path / "src", tmp_path / "a.tar.xz")

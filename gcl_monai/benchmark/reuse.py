@@ -90,9 +90,10 @@ def find_reusable(cell: PretrainCell, source: Path) -> tuple[PretrainCell | None
         return None, f"{source} split the patients differently"
     if not pretrain_done(other):
         return None, f"{source}'s pre-training of {cell.method} has not finished"
-    if differ := [k for k, _, _ in recorded_changes(read_status(other.folder), cell).get(SETTINGS_KEY, ())]:
+    status = read_status(other.folder)
+    if differ := [k for k, _, _ in recorded_changes(status, cell).get(SETTINGS_KEY, ())]:
         return None, f"{source}'s pre-training of {cell.method} ran with other bundle settings ({', '.join(differ)})"
-    return other, f"the same pre-training ({read_status(other.folder)['status']}) in {source}"
+    return other, f"the same pre-training ({status['status']}) in {source}"
 
 
 def _link_or_copy(src: str, dst: str) -> None:

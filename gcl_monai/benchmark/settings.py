@@ -87,8 +87,13 @@ def changed_settings(recorded: Mapping[str, Any], ours: Mapping[str, Any]) -> li
     different, except a key of :py:data:`ADDED_LATER` missing from the record, which is read as its value there).
     """
     missing = object()
-    recorded = {**{k: v for k, v in ADDED_LATER.items() if k in ours}, **recorded}
+    recorded = _with_added_later(recorded, ours)
     return sorted(k for k in set(recorded) | set(ours) if recorded.get(k, missing) != ours.get(k, missing))
+
+
+def _with_added_later(recorded: Mapping[str, Any], ours: Mapping[str, Any]) -> dict[str, Any]:
+    """``recorded`` with the :py:data:`ADDED_LATER` keys it lacks (and today's settings have) at their old value."""
+    return {**{k: v for k, v in ADDED_LATER.items() if k in ours}, **recorded}
 
 
 def cell_settings(cell: PretrainCell | FinetuneCell) -> dict[str, Any]:
@@ -113,7 +118,8 @@ def recorded_changes(
     changes = {}
     for record, run in runs:
         if record in status:
-            recorded, ours = status[record], cell_settings(run)
+            ours = cell_settings(run)
+            recorded = _with_added_later(status[record], ours)
             changes[record] = [
                 (k, recorded.get(k, "(absent)"), ours.get(k, "(absent)")) for k in changed_settings(recorded, ours)
             ]

@@ -4,6 +4,7 @@ collapse handling, and (slow) an end-to-end run on the synthetic phantom through
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import shutil
@@ -561,6 +562,11 @@ def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_pa
         plan.check_cell_settings([older, other_pool])
     shutil.rmtree(other_pool.folder)
     assert plan.check_cell_settings([older, other_pool]) == 0
+    # a record without the switch is reported at its old value, not as absent
+    from gcl_monai.benchmark.settings import SETTINGS_KEY, recorded_changes
+    moved = dataclasses.replace(older, train_overrides={**older.train_overrides, "labeled_pool": "train+pretrain"})
+    assert recorded_changes({SETTINGS_KEY: before}, moved) == {SETTINGS_KEY: [("labeled_pool", "train",
+                                                                               "train+pretrain")]}
 
 
 def test_runs_record_their_settings(tmp_path, monkeypatch):

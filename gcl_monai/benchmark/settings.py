@@ -86,8 +86,12 @@ def changed_settings(recorded: Mapping[str, Any], ours: Mapping[str, Any]) -> li
     The keys whose value differs between a recorded settings record and today's (one side missing counts as
     different, except a key of :py:data:`ADDED_LATER` missing from the record, which is read as its value there).
     """
+    return _differing(_with_added_later(recorded, ours), ours)
+
+
+def _differing(recorded: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str]:
+    """The keys whose value differs between two complete records (one side missing counts as different)."""
     missing = object()
-    recorded = _with_added_later(recorded, ours)
     return sorted(k for k in set(recorded) | set(ours) if recorded.get(k, missing) != ours.get(k, missing))
 
 
@@ -121,6 +125,6 @@ def recorded_changes(
             ours = cell_settings(run)
             recorded = _with_added_later(status[record], ours)
             changes[record] = [
-                (k, recorded.get(k, "(absent)"), ours.get(k, "(absent)")) for k in changed_settings(recorded, ours)
+                (k, recorded.get(k, "(absent)"), ours.get(k, "(absent)")) for k in _differing(recorded, ours)
             ]
     return changes

@@ -544,7 +544,7 @@ def test_cells_run_with_other_settings_are_refused_not_taken_as_done(tmp_path):
 
 def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_path):
     """A cell recorded before ``labeled_pool`` existed drew from the fine-tuning pool: not stale at the default."""
-    from gcl_monai.benchmark.settings import ADDED_LATER, cell_settings, changed_settings
+    from gcl_monai.benchmark.settings import ADDED_LATER, SETTINGS_KEY, cell_settings, changed_settings, recorded_changes
 
     experiment = Experiment("a", "demo", PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=2),
                             results_dir=tmp_path)
@@ -563,7 +563,6 @@ def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_pa
     shutil.rmtree(other_pool.folder)
     assert plan.check_cell_settings([older, other_pool]) == 0
     # a record without the switch is reported at its old value, not as absent
-    from gcl_monai.benchmark.settings import SETTINGS_KEY, recorded_changes
     moved = dataclasses.replace(older, train_overrides={**older.train_overrides, "labeled_pool": "train+pretrain"})
     assert recorded_changes({SETTINGS_KEY: before}, moved) == {SETTINGS_KEY: [("labeled_pool", "train",
                                                                                "train+pretrain")]}

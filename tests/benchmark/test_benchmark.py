@@ -544,7 +544,13 @@ def test_cells_run_with_other_settings_are_refused_not_taken_as_done(tmp_path):
 
 def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_path):
     """A cell recorded before ``labeled_pool`` existed drew from the fine-tuning pool: not stale at the default."""
-    from gcl_monai.benchmark.settings import ADDED_LATER, SETTINGS_KEY, cell_settings, changed_settings, recorded_changes
+    from gcl_monai.benchmark.settings import (
+        ADDED_LATER,
+        SETTINGS_KEY,
+        cell_settings,
+        changed_settings,
+        recorded_changes,
+    )
 
     experiment = Experiment("a", "demo", PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=2),
                             results_dir=tmp_path)

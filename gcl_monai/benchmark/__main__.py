@@ -5,6 +5,7 @@ Command line of the benchmark harness::
     python -m gcl_monai.benchmark --preset cpu-mini --data prostate --pretrain-data acdc --data-root ../shared/data
     python -m gcl_monai.benchmark tsne --name cpu-ablation_acdc --methods simclr multi_meta multi_meta_mitigator
     python -m gcl_monai.benchmark report --name cpu-mini_acdc
+    python -m gcl_monai.benchmark compare --names cpu-semi_acdc cpu-semi-w10_acdc --baseline random
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gcl_monai.benchmark.presets import METHODS, PRESETS, Preset, finetune_iteration_overrides, get_preset
-from gcl_monai.benchmark.report import BASELINES, POWER_DIFFERENCES, read_results, write_report
+from gcl_monai.benchmark.report import BASELINES, POWER_DIFFERENCES, VALIDATION_SET, read_results, write_report
 from gcl_monai.benchmark.bundles import default_bundle_dir
 from gcl_monai.benchmark.experiment import DATASETS, Experiment
 from gcl_monai.benchmark.runner import run_experiment
@@ -50,7 +51,7 @@ def run_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Run the paper's protocol through the bundles: pre-train each method, fine-tune with L labelled "
         "patients over paired draws, test Dice; write results.csv, table.md and plots under RESULTS_DIR/NAME. "
-        f"Other commands: '{PROG} tsne --help', '{PROG} report --help'.",
+        f"Other commands: '{PROG} tsne --help', '{PROG} report --help', '{PROG} compare --help'.",
     )
     parser.add_argument("--preset", default="cpu-mini", choices=list(PRESETS), help="protocol (default cpu-mini)")
     parser.add_argument("--data", required=True, choices=list(DATASETS), help="dataset of fine-tuning and test")
@@ -237,12 +238,45 @@ def main_report(argv: Sequence[str]) -> int:
     return 0
 
 
+def main_compare(argv: Sequence[str]) -> int:
+    from gcl_monai.benchmark.compare import comparison_report, load_experiment
+
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} compare",
+        description="Pair the fine-tuning cells (method, L, labelled draw, seed) of several experiments with those of "
+        "the first (the reference), e.g. one experiment per value of a --finetune-set override: Dice per draw, mean, "
+        "paired differences with 95%% t-intervals. Choose settings on the validation patients (the default set).",
+    )
+    parser.add_argument("--names", nargs="+", required=True, metavar="NAME", help="the reference first")
+    parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    parser.add_argument(
+        "--test-set", default=VALIDATION_SET, help=f"the rows' test_set (default {VALIDATION_SET}: the validation "
+        "patients; test for the test split once a choice is made)",
+    )
+    parser.add_argument("--methods", nargs="+", metavar="METHOD", help="default: every method found")
+    parser.add_argument("--num-labeled", nargs="+", type=int, metavar="L", help="default: every L found")
+    parser.add_argument("--baseline", metavar="METHOD", help="also pair every row with this method of the reference")
+    parser.add_argument("--out", type=Path, help="also write the Markdown here")
+    args = parser.parse_args(argv)
+    if len(args.names) < 2:
+        parser.error("--names needs a reference and at least one experiment to pair with it.")
+    try:
+        experiments = [load_experiment(args.results_dir / name, args.test_set) for name in args.names]
+        text = comparison_report(experiments, args.test_set, args.methods, args.num_labeled, args.baseline)
+    except (FileNotFoundError, ValueError) as error:
+        parser.error(str(error))
+    if args.out is not None:
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s - %(name)s - %(levelname)s - %(message)s", stream=sys.stdout
     )
-    commands = {"tsne": main_tsne, "report": main_report}
+    commands = {"tsne": main_tsne, "report": main_report, "compare": main_compare}
     if argv and argv[0] in commands:
         return commands[argv[0]](argv[1:])
     return main_run(argv)

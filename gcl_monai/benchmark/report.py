@@ -30,6 +30,7 @@ __all__ = [
     "VALIDATION_SET",
     "PairedDifference",
     "markdown_report",
+    "markdown_table",
     "paired_difference",
     "paired_values",
     "pretraining_summary",
@@ -157,7 +158,8 @@ def _paper_cell(dataset: str, method: str, num_labeled: int) -> str:
     return text + (f" (L={FULLY_SUPERVISED_L[dataset]})" if key == "all" else "")
 
 
-def _table(header: Sequence[str], body: Iterable[Sequence[str]]) -> list[str]:
+def markdown_table(header: Sequence[str], body: Iterable[Sequence[str]]) -> list[str]:
+    """The lines of a Markdown table."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines.extend("| " + " | ".join(row) + " |" for row in body)
     return lines
@@ -220,7 +222,7 @@ def markdown_report(
             ),
             "",
         ]
-        lines += _table(
+        lines += markdown_table(
             ["Method", *[_l_name(n) for n in ls]],
             ([labels[m], *[_mean_std_cell(_select(rows, m, n, test_set), planned) for n in ls]] for m in methods),
         )
@@ -233,7 +235,7 @@ def markdown_report(
                 "protocol and budget; see the cuts above). The paper reports L = 1, 2, 8 and a fully supervised row.",
                 "",
             ]
-            lines += _table(
+            lines += markdown_table(
                 ["Method", *[f"{_l_name(n)} {who}" for n in ls for who in ("here", "paper")]],
                 (
                     [labels[m], *[c for n in ls for c in (_mean_std_cell(_select(rows, m, n, test_set), planned),
@@ -250,7 +252,7 @@ def markdown_report(
                 "over the n pairs. An interval that excludes 0 is a difference this experiment resolves.",
                 "",
             ]
-            lines += _table(
+            lines += markdown_table(
                 ["Method", *[_l_name(n) for n in ls]],
                 (
                     [labels[m], *[str(paired_difference(*paired_values(rows, m, baseline, n, test_set))) for n in ls]]
@@ -267,7 +269,7 @@ def markdown_report(
                     f"{ALPHA:.0%}), and the pairs needed, at this spread, for a true difference of {targets}.",
                     "",
                 ]
-                lines += _table(
+                lines += markdown_table(
                     ["Method", *[_l_name(n) for n in ls]],
                     ([labels[m], *[_resolution_cell(*paired_values(rows, m, baseline, n, test_set),
                                                     power_differences) for n in ls]]
@@ -276,7 +278,7 @@ def markdown_report(
         classes = [k[len("dice_"):] for k in (rows[0] if rows else {}) if k.startswith("dice_")]
         if classes and not validation:  # the validation Dice is the trainer's mean over the classes
             lines += ["", f"### Dice per class (`{test_set}`), mean over the repeats", ""]
-            lines += _table(
+            lines += markdown_table(
                 ["Method", *[f"{_l_name(n)} {c}" for n in ls for c in classes]],
                 (
                     [labels[m], *[_class_mean(_select(rows, m, n, test_set), c) for n in ls for c in classes]]
@@ -484,7 +486,7 @@ def pretraining_summary(
             "that fine-tuning inherits, docs/recipe.md)."
         ),
         "",
-        *_table(
+        *markdown_table(
             [
                 "Pre-training",
                 "iterations",

@@ -30,6 +30,7 @@ __all__ = [
     "changed_settings",
     "recorded_changes",
     "run_settings",
+    "setting_differences",
 ]
 
 #: the key of the record in a cell's ``benchmark.json``.
@@ -122,9 +123,16 @@ def recorded_changes(
     changes = {}
     for record, run in runs:
         if record in status:
-            ours = cell_settings(run)
-            recorded = _with_added_later(status[record], ours)
-            changes[record] = [
-                (k, recorded.get(k, "(absent)"), ours.get(k, "(absent)")) for k in _differing(recorded, ours)
-            ]
+            changes[record] = setting_differences(status[record], cell_settings(run))
     return changes
+
+
+def setting_differences(first: Mapping[str, Any], second: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """
+    ``(key, first's value, second's value)`` for each key that differs between two settings records, ``"(absent)"``
+    for a missing value; a key of :py:data:`ADDED_LATER` missing from one record and present in the other is read
+    at its old value, as in :py:func:`changed_settings`.
+    """
+    a = _with_added_later(first, second)
+    b = _with_added_later(second, a)
+    return [(k, a.get(k, "(absent)"), b.get(k, "(absent)")) for k in _differing(a, b)]

@@ -1,0 +1,204 @@
+"""
+Paired comparison across experiments: the same fine-tuning cells (method, L, labelled draw, seed) run in several
+experiments whose settings differ, e.g. a sweep of one override (``--finetune-set consistency_weight=W``, one
+experiment per value), each paired cell by cell with a reference experiment. It is the table a setting is chosen on,
+on the validation patients by default::
+
+    python -m gcl_monai.benchmark compare --names cpu-semi_acdc cpu-semi-w03_acdc cpu-semi-w10_acdc --baseline random
+
+What differs between the experiments is read from the settings each cell recorded when it trained (its
+``benchmark.json``), not from the experiment names. Experiments on another dataset or split, or whose cells with the
+same draw labelled other patients, are refused: their cells are not pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gcl_monai.benchmark.cells import read_status
+from gcl_monai.benchmark.presets import METHODS
+from gcl_monai.benchmark.report import markdown_table, paired_difference, read_results
+from gcl_monai.benchmark.reuse import same_split
+from gcl_monai.benchmark.settings import SETTINGS_KEY, setting_differences
+
+__all__ = ["ComparedExperiment", "comparison_report", "load_experiment", "setting_changes"]
+
+CellKey = tuple[str, int, int, int]
+
+
+@dataclass(frozen=True)
+class ComparedExperiment:
+    """The finished cells of one experiment, keyed by (method, num_labeled, draw, seed), for one test set."""
+
+    name: str
+    folder: Path
+    data: str
+    cells: dict[CellKey, Mapping[str, Any]]
+
+
+def load_experiment(folder: str | Path, test_set: str) -> ComparedExperiment:
+    """
+    The rows of ``folder/results.csv`` for ``test_set`` whose cell finished (``status`` ok, finite Dice).
+
+    Raises:
+        FileNotFoundError: when the folder has no ``plan.json`` or ``results.csv``.
+    """
+    folder = Path(folder)
+    for needed in ("plan.json", "results.csv"):
+        if not (folder / needed).exists():
+            raise FileNotFoundError(f"{folder} holds no {needed}: not an experiment of the benchmark harness.")
+    plan = json.loads((folder / "plan.json").read_text())
+    cells = {
+        (r["method"], r["num_labeled"], r["draw"], r["seed"]): r
+        for r in read_results(folder / "results.csv")
+        if r["test_set"] == test_set and r["status"] == "ok" and math.isfinite(r["dice"])
+    }
+    return ComparedExperiment(folder.name, folder, plan["data"], cells)
+
+
+def _check_comparable(reference: ComparedExperiment, other: ComparedExperiment) -> None:
+    if other.data != reference.data:
+        raise ValueError(f"{other.name} fine-tunes on {other.data}, {reference.name} on {reference.data}.")
+    if not same_split(reference.folder / "split.json", other.folder / "split.json"):
+        raise ValueError(f"{other.name} and {reference.name} hold different splits (split.json): no cell is a pair.")
+    for key in sorted(set(reference.cells) & set(other.cells)):
+        ours, theirs = reference.cells[key]["labelled_patients"], other.cells[key]["labelled_patients"]
+        if ours != theirs:
+            raise ValueError(
+                f"{key[0]} L={key[1]} draw {key[2]} seed {key[3]} labels {ours} in {reference.name} but {theirs} in "
+                f"{other.name}: the experiments' draws differ."
+            )
+
+
+def _settings(experiment: ComparedExperiment, key: CellKey) -> dict[str, Any] | None:
+    run_dir = experiment.cells[key].get("run_dir") or ""
+    status = read_status(experiment.folder / "finetune" / Path(run_dir).name) if run_dir else {}
+    return status.get(SETTINGS_KEY)
+
+
+def setting_changes(reference: ComparedExperiment, other: ComparedExperiment) -> dict[str, tuple[list, list]] | None:
+    """
+    The fine-tuning settings that differ between the paired cells of two experiments, as recorded by the cells
+    (:py:func:`~gcl_monai.benchmark.settings.setting_differences`): ``{key: (values in reference, values in other)}``
+    over all pairs whose both cells recorded their settings; None when no pair did.
+    """
+    changes: dict[str, tuple[list, list]] = {}
+    compared = 0
+    for key in sorted(set(reference.cells) & set(other.cells)):
+        ours, theirs = _settings(reference, key), _settings(other, key)
+        if ours is None or theirs is None:
+            continue
+        compared += 1
+        for name, a, b in setting_differences(ours, theirs):
+            left, right = changes.setdefault(name, ([], []))
+            left.extend([a] if a not in left else [])
+            right.extend([b] if b not in right else [])
+    return changes if compared else None
+
+
+def _show(values: Sequence[Any]) -> str:
+    return "/".join(v if isinstance(v, str) else json.dumps(v) for v in values)
+
+
+def _describe(changes: Mapping[str, tuple[list, list]] | None) -> str:
+    if changes is None:
+        return "no paired cell recorded its settings on both sides"
+    if not changes:
+        return "no recorded setting differs"
+    return "; ".join(f"{name} {_show(a)} → {_show(b)}" for name, (a, b) in changes.items())
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.3f}".replace("-", "−")
+
+
+def _difference_cell(values: Sequence[float], baseline: Sequence[float]) -> str:
+    """``+0.017 [−0.035, +0.069] (2 of 3)``, in bold when the interval excludes 0."""
+    diff = paired_difference(values, baseline)
+    if diff.n == 0:
+        return "–"
+    better = int(np.sum(np.asarray(values) > np.asarray(baseline)))
+    if diff.n == 1:
+        return f"{_signed(diff.mean)} ({better} of 1)"
+    text = f"{_signed(diff.mean)} [{_signed(diff.low)}, {_signed(diff.high)}] ({better} of {diff.n})"
+    return f"**{text}**" if diff.low > 0 or diff.high < 0 else text
+
+
+def _paired(a: ComparedExperiment, b: ComparedExperiment, method_a: str, method_b: str, num_labeled: int):
+    keys = sorted(
+        (draw, seed)
+        for (m, n, draw, seed) in a.cells
+        if m == method_a and n == num_labeled and (method_b, n, draw, seed) in b.cells
+    )
+    return (
+        [a.cells[(method_a, num_labeled, *k)]["dice"] for k in keys],
+        [b.cells[(method_b, num_labeled, *k)]["dice"] for k in keys],
+    )
+
+
+def comparison_report(
+    experiments: Sequence[ComparedExperiment],
+    test_set: str,
+    methods: Sequence[str] | None = None,
+    num_labeled: Sequence[int] | None = None,
+    baseline: str | None = None,
+) -> str:
+    """
+    Markdown: what differs from the reference (the first experiment), then per L a table with, for each method and
+    experiment, the Dice per (draw, seed), its mean, the paired difference to the same method in the reference and,
+    with ``baseline``, to the baseline method of the reference, each with its 95% t-interval and the count of pairs
+    where it is better.
+
+    Raises:
+        ValueError: with fewer than two experiments, experiments that are not paired (see the module), or a
+            ``baseline`` the reference did not run.
+    """
+    if len(experiments) < 2:
+        raise ValueError("compare needs at least two experiments: a reference and one to pair with it.")
+    reference, others = experiments[0], experiments[1:]
+    for other in others:
+        _check_comparable(reference, other)
+    if baseline is not None and not any(k[0] == baseline for k in reference.cells):
+        raise ValueError(f"the reference {reference.name} has no finished {baseline} cell on the {test_set} set.")
+    all_cells = [k for e in experiments for k in e.cells]
+    methods = list(methods) if methods else list(dict.fromkeys(k[0] for k in all_cells))
+    if baseline is not None:
+        methods = [baseline] + [m for m in methods if m != baseline]
+    ls = list(num_labeled) if num_labeled else sorted({k[1] for k in all_cells})
+    lines = [
+        f"# Paired comparison on the `{test_set}` set; reference `{reference.name}`",
+        "",
+        "Cells paired by (method, L, labelled draw, seed). What each experiment changes against the reference, from "
+        "the settings its cells recorded:",
+        "",
+    ]
+    lines += [f"- `{o.name}`: {_describe(setting_changes(reference, o))}" for o in others]
+    header = ["Method", "experiment", "Dice per (draw, seed)", "mean", f"− `{reference.name}`"]
+    header += [f"− {baseline} of the reference"] if baseline else []
+    for n in ls:
+        body = []
+        for method in methods:
+            for experiment in experiments:
+                keys = sorted((d, s) for (m, k, d, s) in experiment.cells if m == method and k == n)
+                if not keys:
+                    continue
+                values = [experiment.cells[(method, n, d, s)]["dice"] for d, s in keys]
+                per_draw = ", ".join(f"d{d}s{s} {v:.3f}" for (d, s), v in zip(keys, values))
+                label = METHODS[method].label if method in METHODS else method
+                row = [label, f"`{experiment.name}`", per_draw, f"{np.mean(values):.3f}"]
+                against_reference = _paired(experiment, reference, method, method, n)
+                row.append("" if experiment is reference else _difference_cell(*against_reference))
+                if baseline:
+                    own = experiment is reference and method == baseline
+                    row.append("" if own else _difference_cell(*_paired(experiment, reference, method, baseline, n)))
+                body.append(row)
+        if body:
+            lines += ["", f"## L = {n}", ""] + markdown_table(header, body)
+    return "\n".join(lines) + "\n"

@@ -124,10 +124,9 @@ def _difference_cell(values: Sequence[float], baseline: Sequence[float]) -> str:
     diff = paired_difference(values, baseline)
     if diff.n == 0:
         return "–"
-    better = int(np.sum(np.asarray(values) > np.asarray(baseline)))
     if diff.n == 1:
-        return f"{_signed(diff.mean)} ({better} of 1)"
-    text = f"{_signed(diff.mean)} [{_signed(diff.low)}, {_signed(diff.high)}] ({better} of {diff.n})"
+        return f"{_signed(diff.mean)} ({diff.higher} of 1)"
+    text = f"{_signed(diff.mean)} [{_signed(diff.low)}, {_signed(diff.high)}] ({diff.higher} of {diff.n})"
     return f"**{text}**" if diff.low > 0 or diff.high < 0 else text
 
 

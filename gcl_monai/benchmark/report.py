@@ -53,19 +53,23 @@ INT_COLUMNS = ("num_labeled", "repeat", "draw", "seed")
 
 @dataclass(frozen=True)
 class PairedDifference:
-    """Mean of paired differences with its 95% t-interval (NaN bounds with fewer than two pairs)."""
+    """
+    Mean of paired differences with its 95% t-interval (NaN bounds with fewer than two pairs), and in how many of
+    the ``n`` pairs the method is higher than its baseline.
+    """
 
     mean: float
     low: float
     high: float
     n: int
+    higher: int = 0
 
     def __str__(self) -> str:
         if self.n == 0:
             return "–"
         if self.n == 1:
-            return f"{self.mean:+.3f} (n=1)"
-        return f"{self.mean:+.3f} [{self.low:+.3f}, {self.high:+.3f}] (n={self.n})"
+            return f"{self.mean:+.3f} (n=1, {self.higher} higher)"
+        return f"{self.mean:+.3f} [{self.low:+.3f}, {self.high:+.3f}] (n={self.n}, {self.higher} higher)"
 
 
 def paired_difference(values: Sequence[float], baseline: Sequence[float]) -> PairedDifference:
@@ -81,11 +85,11 @@ def paired_difference(values: Sequence[float], baseline: Sequence[float]) -> Pai
     d = np.asarray(values, dtype=float) - np.asarray(baseline, dtype=float)
     if len(d) == 0:
         return PairedDifference(math.nan, math.nan, math.nan, 0)
-    mean = float(d.mean())
+    mean, higher = float(d.mean()), int((d > 0).sum())
     if len(d) == 1:
-        return PairedDifference(mean, math.nan, math.nan, 1)
+        return PairedDifference(mean, math.nan, math.nan, 1, higher)
     half = float(stats.t.ppf(0.975, len(d) - 1)) * float(stats.sem(d))
-    return PairedDifference(mean, mean - half, mean + half, len(d))
+    return PairedDifference(mean, mean - half, mean + half, len(d), higher)
 
 
 def _parse(row: dict[str, str]) -> dict[str, Any]:
@@ -249,7 +253,8 @@ def markdown_report(
                 f"### Paired difference to {labels[baseline]} (`{test_set}`)",
                 "",
                 f"Dice(method) − Dice({labels[baseline]}) on the same labelled draw and seed: mean [95% t-interval] "
-                "over the n pairs. An interval that excludes 0 is a difference this experiment resolves.",
+                "over the n pairs, and in how many of them the method is higher. An interval that excludes 0 is a "
+                "difference this experiment resolves.",
                 "",
             ]
             lines += markdown_table(

@@ -238,7 +238,7 @@ def test_report_shows_the_fully_supervised_column_and_the_paper_numbers(tmp_path
     lines = write_report(tmp_path).read_text().splitlines()
     assert "| Method | L=1 | L=2 | L=all |" in lines
     assert "| Fully Superv. | – | – | 0.900 ± 0.000 |" in lines
-    assert "| Mean Teacher | +0.100 [-0.148, +0.348] (n=3) | – | – |" in lines  # paired with random at L=1
+    assert "| Mean Teacher | +0.100 [-0.148, +0.348] (n=3, 2 higher) | – | – |" in lines  # paired with random at L=1
     header = "| Method | L=1 here | L=1 paper | L=2 here | L=2 paper | L=all here | L=all paper |"
     assert header in lines
     assert "| Random Init. | 0.500 ± 0.100 | 0.598 ± 0.023 | 0.600 ± 0.000 | 0.682 ± 0.012 | – | – |" in lines
@@ -283,9 +283,9 @@ def test_paired_difference_by_hand():
     half = 3.1824 * math.sqrt(0.02 / 3) / 2
     assert diff.n == 4 and diff.mean == pytest.approx(0.1)
     assert diff.low == pytest.approx(0.1 - half, abs=1e-5) and diff.high == pytest.approx(0.1 + half, abs=1e-5)
-    assert str(diff) == "+0.100 [-0.030, +0.230] (n=4)"
+    assert str(diff) == "+0.100 [-0.030, +0.230] (n=4, 3 higher)" and diff.higher == 3
     single = paired_difference([0.7], [0.6])
-    assert single.n == 1 and math.isnan(single.low) and str(single) == "+0.100 (n=1)"
+    assert single.n == 1 and math.isnan(single.low) and str(single) == "+0.100 (n=1, 1 higher)"
     # two pairs d = (0.2, 0.0): half width t_{0.975,1} = 12.7062 (printed tables) times s / sqrt(2) = 0.1
     two = paired_difference([0.7, 0.5], [0.5, 0.5])
     assert (two.low, two.high) == (pytest.approx(0.1 - 1.27062, abs=1e-5), pytest.approx(0.1 + 1.27062, abs=1e-5))
@@ -333,7 +333,7 @@ def test_report_from_hand_written_csv(tmp_path):
     assert "| SimCLR (Base) | 0.600 ± 0.173 | 0.900 (n=1 of 3, 1 failed or collapsed) |" in lines
     assert "| GCL (full model) | collapsed | collapsed |" in lines
     # differences (0.1, 0.0, 0.2): mean 0.1, s = 0.1, half width 4.303 * 0.1 / sqrt(3) = 0.248
-    assert "| SimCLR (Base) | +0.100 [-0.148, +0.348] (n=3) | +0.200 (n=1) |" in lines
+    assert "| SimCLR (Base) | +0.100 [-0.148, +0.348] (n=3, 2 higher) | +0.200 (n=1, 1 higher) |" in lines
     assert "| GCL (full model) | – | – |" in lines
     assert "- pretrain epochs: 20 (paper: 300)" in lines
     assert "| Random Init. | 0.500 | 0.650 |" in lines  # per-class Dice (rv)
@@ -638,7 +638,7 @@ def test_report_command_pairs_with_chosen_baselines(tmp_path, capsys):
     assert "### Paired difference to GCL (full model) (`test`)" in table
     assert "Paired difference to Random Init." not in table
     # gcl - simclr = (0.1, 0.1, 0.1): simclr - gcl is -0.100 with no spread
-    assert "| SimCLR (Base) | -0.100 [-0.100, -0.100] (n=3) | – |" in table.splitlines()
+    assert "| SimCLR (Base) | -0.100 [-0.100, -0.100] (n=3, 0 higher) | – |" in table.splitlines()
     with pytest.raises(SystemExit):
         main(["report", "--name", "hand", "--results-dir", str(tmp_path), "--baselines", "gcl_paper"])
     assert "gcl_paper: not among the methods" in capsys.readouterr().err

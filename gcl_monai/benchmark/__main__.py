@@ -245,7 +245,7 @@ def main_compare(argv: Sequence[str]) -> int:
         prog=f"{PROG} compare",
         description="Pair the fine-tuning cells (method, L, labelled draw, seed) of several experiments with those of "
         "the first (the reference), e.g. one experiment per value of a --finetune-set override: Dice per draw, mean, "
-        "paired differences with 95%% t-intervals. Choose settings on the validation patients (the default set).",
+        "paired differences with 95% t-intervals. Choose settings on the validation patients (the default set).",
     )
     parser.add_argument("--names", nargs="+", required=True, metavar="NAME", help="the reference first")
     parser.add_argument("--results-dir", type=Path, default=Path("results"))

@@ -48,10 +48,10 @@ def load_experiment(folder: str | Path, test_set: str) -> ComparedExperiment:
     The rows of ``folder/results.csv`` for ``test_set`` whose cell finished (``status`` ok, finite Dice).
 
     Raises:
-        FileNotFoundError: when the folder has no ``plan.json`` or ``results.csv``.
+        FileNotFoundError: when the folder has no ``plan.json``, ``split.json`` or ``results.csv``.
     """
     folder = Path(folder)
-    for needed in ("plan.json", "results.csv"):
+    for needed in ("plan.json", "split.json", "results.csv"):
         if not (folder / needed).exists():
             raise FileNotFoundError(f"{folder} holds no {needed}: not an experiment of the benchmark harness.")
     plan = json.loads((folder / "plan.json").read_text())
@@ -156,8 +156,8 @@ def comparison_report(
     where it is better.
 
     Raises:
-        ValueError: with fewer than two experiments, experiments that are not paired (see the module), or a
-            ``baseline`` the reference did not run.
+        ValueError: with fewer than two experiments, experiments that are not paired (see the module), a
+            ``baseline`` the reference did not run, or ``methods`` that no experiment ran.
     """
     if len(experiments) < 2:
         raise ValueError("compare needs at least two experiments: a reference and one to pair with it.")
@@ -167,7 +167,11 @@ def comparison_report(
     if baseline is not None and not any(k[0] == baseline for k in reference.cells):
         raise ValueError(f"the reference {reference.name} has no finished {baseline} cell on the {test_set} set.")
     all_cells = [k for e in experiments for k in e.cells]
-    methods = list(methods) if methods else list(dict.fromkeys(k[0] for k in all_cells))
+    found = list(dict.fromkeys(k[0] for k in all_cells))
+    missing = [m for m in methods or () if m not in found]
+    if missing:
+        raise ValueError(f"no finished cell of {', '.join(missing)} on the {test_set} set in these experiments.")
+    methods = list(methods) if methods else found
     if baseline is not None:
         methods = [baseline] + [m for m in methods if m != baseline]
     ls = list(num_labeled) if num_labeled else sorted({k[1] for k in all_cells})

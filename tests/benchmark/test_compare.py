@@ -95,8 +95,13 @@ def test_refuses_experiments_that_are_not_pairs(tmp_path):
         comparison_report([ref, load_experiment(tmp_path / "prostate", "val")], "val")
     with pytest.raises(ValueError, match="no finished random cell"):
         comparison_report([ref, ref], "val", baseline="random")
+    with pytest.raises(ValueError, match="no finished cell of vat on the val set"):
+        comparison_report([ref, ref], "val", methods=["mixup", "vat"])
     with pytest.raises(FileNotFoundError, match="holds no plan.json"):
         load_experiment(tmp_path / "absent", "val")
+    (tmp_path / "split" / "split.json").unlink()
+    with pytest.raises(FileNotFoundError, match="holds no split.json"):
+        load_experiment(tmp_path / "split", "val")
 
 
 def test_command_writes_the_table_and_reports_bad_input(tmp_path, capsys):

@@ -130,7 +130,10 @@ def _difference_cell(values: Sequence[float], baseline: Sequence[float]) -> str:
     return f"**{text}**" if diff.low > 0 or diff.high < 0 else text
 
 
-def _paired(a: ComparedExperiment, b: ComparedExperiment, method_a: str, method_b: str, num_labeled: int):
+def _paired(
+    a: ComparedExperiment, b: ComparedExperiment, method_a: str, method_b: str, num_labeled: int
+) -> tuple[list[float], list[float]]:
+    """Dice of ``method_a`` in ``a`` and of ``method_b`` in ``b`` on the (draw, seed) pairs both finished."""
     keys = sorted(
         (draw, seed)
         for (m, n, draw, seed) in a.cells

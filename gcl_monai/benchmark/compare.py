@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from gcl_monai.benchmark.cells import read_status
-from gcl_monai.benchmark.presets import METHODS
+from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS
 from gcl_monai.benchmark.report import markdown_table, paired_difference, read_results
 from gcl_monai.benchmark.reuse import same_split
 from gcl_monai.benchmark.settings import SETTINGS_KEY, setting_differences
@@ -206,5 +206,5 @@ def comparison_report(
                     row.append("" if own else _difference_cell(*_paired(experiment, reference, method, baseline, n)))
                 body.append(row)
         if body:
-            lines += ["", f"## L = {n}", ""] + markdown_table(header, body)
+            lines += ["", f"## L = {'all' if n == ALL_LABELLED else n}", ""] + markdown_table(header, body)
     return "\n".join(lines) + "\n"

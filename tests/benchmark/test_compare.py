@@ -72,6 +72,10 @@ def test_a_resolved_difference_is_bold_and_only_shared_draws_are_paired(tmp_path
     assert f"| Adv. Training | `eps` | d0s0 0.500, d1s1 0.610 | 0.555 | **+0.105 [{lo:+.3f}, {hi:+.3f}] (2 of 2)** |" \
         in report
     assert "## L = 2" in report and "## L = 1" not in report
+    # the fully supervised row (every training patient labelled) is headed L = all
+    _experiment(tmp_path, "full", {("fully_supervised", 0): (0.7, 0.8, 0.75)})
+    full = load_experiment(tmp_path / "full", "val")
+    assert "## L = all" in comparison_report([full, full], "val")
 
 
 def test_settings_added_later_are_not_a_difference():

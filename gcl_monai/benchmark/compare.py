@@ -14,7 +14,6 @@ same draw labelled other patients, are refused: their cells are not pairs.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 
 from gcl_monai.benchmark.cells import read_status
 from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS
-from gcl_monai.benchmark.report import markdown_table, paired_difference, read_results
+from gcl_monai.benchmark.report import finished_row, markdown_table, paired_difference, read_results
 from gcl_monai.benchmark.reuse import same_split
 from gcl_monai.benchmark.settings import SETTINGS_KEY, setting_differences
 
@@ -35,17 +34,22 @@ CellKey = tuple[str, int, int, int]
 
 @dataclass(frozen=True)
 class ComparedExperiment:
-    """The finished cells of one experiment, keyed by (method, num_labeled, draw, seed), for one test set."""
+    """
+    The finished cells of one experiment, keyed by (method, num_labeled, draw, seed), for one test set, with the
+    settings each cell recorded when it trained (None for a cell that recorded none).
+    """
 
     name: str
     folder: Path
     data: str
     cells: dict[CellKey, Mapping[str, Any]]
+    settings: dict[CellKey, dict[str, Any] | None]
 
 
 def load_experiment(folder: str | Path, test_set: str) -> ComparedExperiment:
     """
-    The rows of ``folder/results.csv`` for ``test_set`` whose cell finished (``status`` ok, finite Dice).
+    The rows of ``folder/results.csv`` for ``test_set`` whose cell finished (``status`` ok, finite Dice), and the
+    settings recorded in each cell's ``benchmark.json`` (``folder/finetune/<cell>``, wherever ``run_dir`` pointed).
 
     Raises:
         FileNotFoundError: when the folder has no ``plan.json``, ``split.json`` or ``results.csv``.
@@ -58,9 +62,13 @@ def load_experiment(folder: str | Path, test_set: str) -> ComparedExperiment:
     cells = {
         (r["method"], r["num_labeled"], r["draw"], r["seed"]): r
         for r in read_results(folder / "results.csv")
-        if r["test_set"] == test_set and r["status"] == "ok" and math.isfinite(r["dice"])
+        if r["test_set"] == test_set and finished_row(r)
     }
-    return ComparedExperiment(folder.name, folder, plan["data"], cells)
+    settings = {
+        key: read_status(folder / "finetune" / Path(row["run_dir"]).name).get(SETTINGS_KEY) if row["run_dir"] else None
+        for key, row in cells.items()
+    }
+    return ComparedExperiment(folder.name, folder, plan["data"], cells, settings)
 
 
 def _check_comparable(reference: ComparedExperiment, other: ComparedExperiment) -> None:
@@ -77,12 +85,6 @@ def _check_comparable(reference: ComparedExperiment, other: ComparedExperiment) 
             )
 
 
-def _settings(experiment: ComparedExperiment, key: CellKey) -> dict[str, Any] | None:
-    run_dir = experiment.cells[key].get("run_dir") or ""
-    status = read_status(experiment.folder / "finetune" / Path(run_dir).name) if run_dir else {}
-    return status.get(SETTINGS_KEY)
-
-
 def setting_changes(reference: ComparedExperiment, other: ComparedExperiment) -> dict[str, tuple[list, list]] | None:
     """
     The fine-tuning settings that differ between the paired cells of two experiments, as recorded by the cells
@@ -92,7 +94,7 @@ def setting_changes(reference: ComparedExperiment, other: ComparedExperiment) ->
     changes: dict[str, tuple[list, list]] = {}
     compared = 0
     for key in sorted(set(reference.cells) & set(other.cells)):
-        ours, theirs = _settings(reference, key), _settings(other, key)
+        ours, theirs = reference.settings[key], other.settings[key]
         if ours is None or theirs is None:
             continue
         compared += 1

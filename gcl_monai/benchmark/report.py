@@ -29,6 +29,7 @@ from gcl_monai.losses import chance_level
 __all__ = [
     "VALIDATION_SET",
     "PairedDifference",
+    "finished_row",
     "markdown_report",
     "markdown_table",
     "paired_difference",
@@ -108,7 +109,8 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
         return [_parse(row) for row in csv.DictReader(f)]
 
 
-def _ok(row: Mapping[str, Any]) -> bool:
+def finished_row(row: Mapping[str, Any]) -> bool:
+    """Whether a ``results.csv`` row is of a cell that finished: ``status`` ok and a finite Dice."""
     return row["status"] == "ok" and math.isfinite(row["dice"])
 
 
@@ -120,8 +122,8 @@ def paired_values(
     rows: Sequence[Mapping[str, Any]], method: str, baseline: str, num_labeled: int, test_set: str, key: str = "dice"
 ) -> tuple[list[float], list[float]]:
     """Values of ``method`` and ``baseline`` on the (draw, seed) pairs where both finished (``status`` ok)."""
-    ours = {(r["draw"], r["seed"]): r[key] for r in _select(rows, method, num_labeled, test_set) if _ok(r)}
-    theirs = {(r["draw"], r["seed"]): r[key] for r in _select(rows, baseline, num_labeled, test_set) if _ok(r)}
+    ours = {(r["draw"], r["seed"]): r[key] for r in _select(rows, method, num_labeled, test_set) if finished_row(r)}
+    theirs = {(r["draw"], r["seed"]): r[key] for r in _select(rows, baseline, num_labeled, test_set) if finished_row(r)}
     keys = sorted(set(ours) & set(theirs))
     return [ours[k] for k in keys], [theirs[k] for k in keys]
 
@@ -130,7 +132,7 @@ def _mean_std_cell(rows: Sequence[Mapping[str, Any]], planned: int, key: str = "
     """``mean ± std`` over the repeats (sample std), with the count when some are missing, failed or collapsed."""
     if rows and all(r["status"] == "collapsed" for r in rows):
         return "collapsed"
-    values = [r[key] for r in rows if _ok(r) and math.isfinite(r[key])]
+    values = [r[key] for r in rows if finished_row(r) and math.isfinite(r[key])]
     if not values:
         return "–" if not rows else "failed"
     text = f"{np.mean(values):.3f}" + (f" ± {np.std(values, ddof=1):.3f}" if len(values) > 1 else "")
@@ -211,7 +213,7 @@ def markdown_report(
     lines = [f"# Benchmark `{plan['name']}`: {plan['data']}{source}", "", protocol + cuts, ""]
     lines += [f"- {c}" for c in plan["cuts"]]
     for test_set in _test_sets(rows):
-        volumes = sorted({str(r["num_test_volumes"]) for r in rows if r["test_set"] == test_set and _ok(r)})
+        volumes = sorted({str(r["num_test_volumes"]) for r in rows if r["test_set"] == test_set and finished_row(r)})
         validation = test_set == VALIDATION_SET
         lines += [
             "",
@@ -294,7 +296,7 @@ def markdown_report(
 
 
 def _class_mean(rows: Sequence[Mapping[str, Any]], name: str) -> str:
-    values = [r[f"dice_{name}"] for r in rows if _ok(r) and math.isfinite(r[f"dice_{name}"])]
+    values = [r[f"dice_{name}"] for r in rows if finished_row(r) and math.isfinite(r[f"dice_{name}"])]
     return f"{np.mean(values):.3f}" if values else "–"
 
 
@@ -338,7 +340,7 @@ def plot_dice_vs_l(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], p
             offset = (i - (len(methods) - 1) / 2) * 0.06
             xs, means, stds = [], [], []
             for j, n in enumerate(ls):
-                values = [r["dice"] for r in _select(rows, method, n, test_set) if _ok(r)]
+                values = [r["dice"] for r in _select(rows, method, n, test_set) if finished_row(r)]
                 if values:
                     ax.plot([j + offset] * len(values), values, ".", color=colours[method], alpha=0.3)
                     xs.append(j + offset)

@@ -1,6 +1,7 @@
 """MONAI transforms of gcl-monai: HDF5 reading, volume -> 2D slices with meta labels, contrastive views, presets."""
 
 from gcl_monai.transforms.batch_views import BatchContrastiveViews
+from gcl_monai.transforms.field_of_view import FOV_SHAPES, CenterSquareCrop, CenterSquareCropd, field_of_view_crop
 from gcl_monai.transforms.h5_reader import H5Reader, split_h5_path
 from gcl_monai.transforms.inference_checks import FRAME_KEY, RepairNonFinited, SelectFramed
 from gcl_monai.transforms.presets import (
@@ -19,6 +20,10 @@ __all__ = [
     "FRAME_KEY",
     "RepairNonFinited",
     "SelectFramed",
+    "FOV_SHAPES",
+    "CenterSquareCrop",
+    "CenterSquareCropd",
+    "field_of_view_crop",
     "H5Reader",
     "split_h5_path",
     "VolumeToSlicesd",

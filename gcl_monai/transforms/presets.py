@@ -10,7 +10,6 @@ import numpy as np
 from monai.config import KeysCollection
 from monai.data import NibabelReader
 from monai.transforms import (
-    CenterScaleCropd,
     Compose,
     EnsureChannelFirstd,
     EnsureTyped,
@@ -28,6 +27,7 @@ from monai.transforms import (
 )
 from monai.utils import MAX_SEED, ensure_tuple_rep
 
+from gcl_monai.transforms.field_of_view import field_of_view_crop
 from gcl_monai.transforms.h5_reader import H5Reader
 from gcl_monai.transforms.slicing import VolumeToSlicesd
 from gcl_monai.transforms.views import ContrastiveViewsd, RandRelativeGaussianNoised
@@ -103,12 +103,11 @@ def _volume_steps(
     label_map: Mapping | Sequence | None,
     intensity: str | None,
     fov_scale: float,
+    fov_shape: str,
 ) -> list:
     """Load, select the channel, remap labels, normalise intensities, crop and resize the volume in-plane."""
     if intensity not in INTENSITY_MODES:
         raise ValueError(f"intensity must be one of {INTENSITY_MODES}, got {intensity!r}.")
-    if not 0.0 < fov_scale <= 1.0:
-        raise ValueError(f"fov_scale must be in (0, 1], got {fov_scale!r}.")
     loader = LoadImaged(keys=keys, image_only=True, dtype=np.float32)
     loader.register(NibabelReader())
     loader.register(H5Reader())  # registered last: tried first, and only on .h5/.hdf5 suffixes
@@ -126,10 +125,7 @@ def _volume_steps(
         steps.append(NormalizeIntensityd(keys="image", channel_wise=True))
     spatial_size = list(ensure_tuple_rep(image_size, 2))
     spatial_size.insert(slice_axis % (len(spatial_size) + 1), -1)
-    if fov_scale < 1.0:
-        roi_scale = [fov_scale, fov_scale]
-        roi_scale.insert(slice_axis % (len(roi_scale) + 1), 1.0)
-        steps.append(CenterScaleCropd(keys=keys, roi_scale=roi_scale))
+    steps.append(field_of_view_crop(keys, fov_scale, fov_shape, slice_axis))
     steps.append(
         Resized(
             keys=keys,
@@ -149,6 +145,7 @@ def volume_transforms(
     intensity: str | None = "percentile",
     num_quantiles: int = 4,
     fov_scale: float = 1.0,
+    fov_shape: str = "scaled",
 ) -> Compose:
     """
     Deterministic per-volume pipeline: load a volume, normalise it, and cut it into fixed-size 2D slices.
@@ -161,12 +158,15 @@ def volume_transforms(
     3. ``MapLabelValued`` when ``label_map`` is given (e.g. MM-WHS ``{205: 1, 420: 2, ..., 850: 7}``);
     4. per-volume intensity normalisation of the image: ``"percentile"``: percentiles 1-99 -> [0, 1], clipped
        (``ScaleIntensityRangePercentilesd``); ``"zscore"``: ``NormalizeIntensityd``; None: none;
-    5. with ``fov_scale < 1``, ``CenterScaleCropd`` of the central ``fov_scale`` of each in-plane axis (the organ
-       sits in the centre of the field of view of cardiac and prostate MRI: the bundles' value is the smallest
-       one that keeps every label voxel of the non-test volumes, see ``docs/finetuning.md``), then ``Resized`` of
-       the volume to ``image_size`` in-plane, keeping the number of slices (area averaging for the image, nearest
-       for the label). Both are standard invertible MONAI steps: the inference bundle applies the same two to a
-       3D volume and ``Invertd`` pads and resizes its prediction back to the input grid;
+    5. the in-plane field of view, centred (the organ sits in the centre of the field of view of cardiac and
+       prostate MRI: the bundles' ``fov_scale`` is the smallest that keeps every label voxel of the non-test
+       volumes, see ``docs/finetuning.md``): with ``fov_shape="scaled"`` and ``fov_scale < 1``,
+       ``CenterScaleCropd`` of the central ``fov_scale`` of each in-plane axis (a non-square slice is then
+       stretched by the resize); with ``fov_shape="square"``, :class:`CenterSquareCropd` of a square of side
+       ``fov_scale`` times the shorter in-plane side (the aspect ratio kept); then ``Resized`` of the volume to
+       ``image_size`` in-plane, keeping the number of slices (area averaging for the image, nearest for the
+       label). Both are invertible MONAI steps: the inference bundle applies the same two to a 3D volume and
+       ``Invertd`` pads and resizes its prediction back to the input grid;
     6. :class:`VolumeToSlicesd` (a list of slice dictionaries with the meta labels).
 
     The pipeline returns a list of slice dictionaries per volume: use it as ``SliceDataset``'s
@@ -181,17 +181,18 @@ def volume_transforms(
         label_map: label values to remap, ``{orig: target}`` (JSON string keys accepted) or pairs.
         intensity: ``"percentile"``, ``"zscore"`` or None.
         num_quantiles: number of ``Slice_quantile`` classes.
-        fov_scale: fraction of each in-plane axis kept around the centre before resizing (1: the whole field of
-            view).
+        fov_scale: fraction of each in-plane axis (``fov_shape="scaled"``) or of the shorter one (``"square"``)
+            kept around the centre before resizing (1 and ``"scaled"``: the whole field of view).
+        fov_shape: ``"scaled"`` or ``"square"`` (step 5).
 
     Returns:
         the ``Compose``.
 
     Raises:
-        ValueError: unknown ``intensity``, or ``fov_scale`` outside (0, 1].
+        ValueError: unknown ``intensity`` or ``fov_shape``, or ``fov_scale`` outside (0, 1].
     """
     keys = ("image", "label") if with_label else ("image",)
-    steps = _volume_steps(keys, image_size, slice_axis, label_map, intensity, fov_scale)
+    steps = _volume_steps(keys, image_size, slice_axis, label_map, intensity, fov_scale, fov_shape)
     steps.append(VolumeToSlicesd(keys=keys, meta_keys=meta_keys, num_quantiles=num_quantiles, slice_axis=slice_axis))
     return Compose(steps)
 
@@ -203,16 +204,18 @@ def volume_eval_transforms(
     label_map: Mapping | Sequence | None = None,
     intensity: str | None = "percentile",
     fov_scale: float = 1.0,
+    fov_shape: str = "scaled",
 ) -> Compose:
     """
     Deterministic 3D pipeline for evaluation with ``monai.inferers.SliceInferer``: steps 1-5 of
     :func:`volume_transforms` (no slicing), so the network sees exactly the slices it was trained on.
 
     Args:
-        image_size, slice_axis, with_label, label_map, intensity, fov_scale: as in :func:`volume_transforms`.
+        image_size, slice_axis, with_label, label_map, intensity, fov_scale, fov_shape: as in
+            :func:`volume_transforms`.
     """
     keys = ("image", "label") if with_label else ("image",)
-    return Compose(_volume_steps(keys, image_size, slice_axis, label_map, intensity, fov_scale))
+    return Compose(_volume_steps(keys, image_size, slice_axis, label_map, intensity, fov_scale, fov_shape))
 
 
 def pretrain_transforms(

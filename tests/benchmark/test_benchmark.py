@@ -562,6 +562,11 @@ def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_pa
     assert changed_settings(before, {**ours, "labeled_pool": "train+pretrain"}) == ["labeled_pool"]
     assert changed_settings({**before, "lr": 1.0}, ours) == ["lr"]  # any other missing or changed key still counts
     assert changed_settings({k: v for k, v in before.items() if k != "lr"}, ours) == ["lr"]
+    # the field of view's shape came later still: a record without it cropped each axis ("scaled")
+    assert ours["fov_shape"] == ADDED_LATER["fov_shape"] == "scaled"
+    without_shape = {k: v for k, v in before.items() if k != "fov_shape"}
+    assert changed_settings(without_shape, ours) == []
+    assert changed_settings(without_shape, {**ours, "fov_shape": "square"}) == ["fov_shape"]
     _finished_cell(older, 0.5, before)
     _finished_cell(other_pool, 0.5, {**ours, "labeled_pool": "train+pretrain"})
     with pytest.raises(ValueError, match=r"random_L1_d1_s1 .*labeled_pool was 'train\+pretrain', now 'train'"):

@@ -18,7 +18,7 @@ WORKFLOWS = ["pretrain.json", "train.json", "evaluate.json", "inference.json", "
 # the only keys a bundle may set: what differs between datasets
 DATASET_KEYS = {
     "bundle_root", "dataset", "dataset_dir", "num_patients", "data_seed", "num_pretrain", "num_val", "num_test",
-    "meta_labels", "volume_meta_keys", "image_size", "fov_scale", "features", "num_classes", "class_names", "label_map",
+    "meta_labels", "volume_meta_keys", "image_size", "fov_scale", "fov_shape", "features", "num_classes", "class_names", "label_map",
     "stratify_key",
 }
 

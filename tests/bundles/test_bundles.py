@@ -77,15 +77,22 @@ def test_bundle_layout_and_metadata(bundle):
 def test_pretraining_sees_the_field_of_view_of_fine_tuning(bundle):
     """The encoder is pre-trained on the same in-plane crop that fine-tuning, evaluation and inference use."""
     configs = REPO / "bundles" / bundle / "configs"
-    fov = {name: json.loads((configs / name).read_text())["fov_scale"] for name in
-           ("pretrain.json", "train.json", "evaluate.json", "inference.json")}
-    assert len(set(fov.values())) == 1, fov
+    for key in ("fov_scale", "fov_shape"):
+        fov = {name: json.loads((configs / name).read_text())[key] for name in
+               ("pretrain.json", "train.json", "evaluate.json", "inference.json")}
+        assert len(set(fov.values())) == 1, fov
     pretrain = json.loads((configs / "pretrain.json").read_text())
     assert pretrain["train"]["volume_transforms"]["fov_scale"] == "@fov_scale"
+    assert pretrain["train"]["volume_transforms"]["fov_shape"] == "@fov_shape"
     parser = ConfigWorkflow(config_file=str(configs / "pretrain.json"), workflow_type=None, fov_scale=0.5).parser
     transform = parser.get_parsed_content("train#volume_transforms", instantiate=True)
     crops = [t for t in transform.transforms if type(t).__name__ == "CenterScaleCropd"]
     assert len(crops) == 1 and list(crops[0].cropper.roi_scale)[:2] == [0.5, 0.5]
+    overrides = {"fov_scale": 0.5, "fov_shape": "square"}
+    parser = ConfigWorkflow(config_file=str(configs / "inference.json"), workflow_type=None, **overrides).parser
+    transform = parser.get_parsed_content("preprocessing", instantiate=True)
+    crops = [t for t in transform.transforms if type(t).__name__ == "CenterSquareCropd"]
+    assert len(crops) == 1 and crops[0].cropper.roi_scale == 0.5 and crops[0].cropper.plane_axes == (0, 1)
 
 
 @pytest.fixture(scope="module")

@@ -62,6 +62,9 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
 
     bundle = experiment.bundle(experiment.data)
     finetune = dict(preset.finetune)
+    # the evaluation builds the network and the preprocessing the training had: every training override that
+    # evaluate.json also reads (e.g. ``norm``, ``fov_shape`` given with --finetune-set) goes to it as well
+    evaluate_keys = set(bundle_config(bundle, "evaluate"))
     external = f"$gcl_monai.data.load_datalist({str(experiment.test_root)!r}, dataset=@dataset)"
     finetune_cells = []
     for name in methods:
@@ -88,7 +91,7 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
                     if owner is not None:
                         train["pretrained_path"] = str(pretrain[owner].folder / "encoder.pt")
                     evaluate = {
-                        **experiment.overrides(experiment.data),
+                        **{k: v for k, v in train.items() if k in evaluate_keys},
                         "ckpt_path": str(folder / "models" / "model.pt"),
                         "eval_dir": str(folder / "eval"),
                     }

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from monai.bundle import ConfigWorkflow
 
 from gcl_monai.benchmark import cells, plan, results
 from gcl_monai.benchmark.__main__ import main
@@ -118,6 +119,26 @@ def test_preset_replace_and_iterations():
 
 
 # ------------------------------------------------------------------------------------------------ plan
+
+
+def test_evaluation_builds_what_the_training_built(tmp_path):
+    """A --finetune-set override that evaluate.json reads too (network, field of view) reaches the evaluation."""
+    norm = ["instance", {"affine": True}]
+    finetune = {**PRESETS["cpu-mini"].finetune, "norm": norm, "fov_shape": "square", "lr": 0.01}
+    preset = PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=1, finetune=finetune)
+    experiment = Experiment("e", "acdc", preset, data_root=Path("data"), results_dir=tmp_path,
+                            test_root=tmp_path / "ext")
+    (cell,) = plan_cells(experiment)[1]
+    for evaluate in cell.eval_overrides.values():
+        assert evaluate["norm"] == norm and evaluate["fov_shape"] == "square"
+        assert evaluate["features"] == [16, 32, 64, 128, 256, 16]
+        assert "lr" not in evaluate and "epochs" not in evaluate  # training-only keys stay with the training
+        assert evaluate["split_file"] == cell.train_overrides["split_file"]
+    workflow = ConfigWorkflow(config_file=str(cell.bundle / "configs" / "evaluate.json"), workflow_type=None,
+                              **cell.eval_overrides["test"])
+    network = workflow.parser.get_parsed_content("network_def", instantiate=True)
+    assert any(isinstance(m, torch.nn.InstanceNorm2d) for m in network.modules())
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in network.modules())
 
 
 def test_plan_is_paired_and_shares_pretraining(tmp_path):

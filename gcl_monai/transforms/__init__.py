@@ -5,7 +5,9 @@ from gcl_monai.transforms.field_of_view import FOV_SHAPES, CenterSquareCrop, Cen
 from gcl_monai.transforms.h5_reader import H5Reader, split_h5_path
 from gcl_monai.transforms.inference_checks import FRAME_KEY, RepairNonFinited, SelectFramed
 from gcl_monai.transforms.presets import (
+    DICE_GRIDS,
     SelectChanneld,
+    dice_grid_steps,
     eval_transforms,
     finetune_transforms,
     pretrain_transforms,
@@ -35,6 +37,8 @@ __all__ = [
     "ViewStrengths",
     "RandRelativeGaussianNoised",
     "SelectChanneld",
+    "DICE_GRIDS",
+    "dice_grid_steps",
     "volume_transforms",
     "volume_eval_transforms",
     "pretrain_transforms",

@@ -11,6 +11,7 @@ from monai.config import KeysCollection
 from monai.data import NibabelReader
 from monai.transforms import (
     Compose,
+    CopyItemsd,
     EnsureChannelFirstd,
     EnsureTyped,
     LoadImaged,
@@ -33,6 +34,8 @@ from gcl_monai.transforms.slicing import VolumeToSlicesd
 from gcl_monai.transforms.views import ContrastiveViewsd, RandRelativeGaussianNoised
 
 __all__ = [
+    "DICE_GRIDS",
+    "dice_grid_steps",
     "SelectChanneld",
     "volume_transforms",
     "volume_eval_transforms",
@@ -104,8 +107,12 @@ def _volume_steps(
     intensity: str | None,
     fov_scale: float,
     fov_shape: str,
+    input_label_key: str | None = None,
 ) -> list:
-    """Load, select the channel, remap labels, normalise intensities, crop and resize the volume in-plane."""
+    """
+    Load, select the channel, remap labels (and copy the label to ``input_label_key``, in the volume's own grid),
+    normalise intensities, crop and resize the volume in-plane.
+    """
     if intensity not in INTENSITY_MODES:
         raise ValueError(f"intensity must be one of {INTENSITY_MODES}, got {intensity!r}.")
     loader = LoadImaged(keys=keys, image_only=True, dtype=np.float32)
@@ -115,6 +122,10 @@ def _volume_steps(
     if "label" in keys and label_map is not None:
         orig, target = _label_map_lists(label_map)
         steps.append(MapLabelValued(keys="label", orig_labels=orig, target_labels=target))
+    if input_label_key is not None:
+        if "label" not in keys:
+            raise ValueError(f"input_label_key={input_label_key!r} needs the label (with_label=True).")
+        steps.append(CopyItemsd(keys="label", names=input_label_key))
     if intensity == "percentile":
         steps.append(
             ScaleIntensityRangePercentilesd(
@@ -205,6 +216,7 @@ def volume_eval_transforms(
     intensity: str | None = "percentile",
     fov_scale: float = 1.0,
     fov_shape: str = "scaled",
+    input_label_key: str | None = None,
 ) -> Compose:
     """
     Deterministic 3D pipeline for evaluation with ``monai.inferers.SliceInferer``: steps 1-5 of
@@ -213,9 +225,34 @@ def volume_eval_transforms(
     Args:
         image_size, slice_axis, with_label, label_map, intensity, fov_scale, fov_shape: as in
             :func:`volume_transforms`.
+        input_label_key: also keep the label, as loaded (labels remapped), under this key: the reference of a Dice
+            in the volume's own grid (the prediction inverted with ``Invertd``), which neither the crop nor the
+            resize touch.
+
+    Raises:
+        ValueError: as :func:`volume_transforms`; ``input_label_key`` without the label.
     """
     keys = ("image", "label") if with_label else ("image",)
-    return Compose(_volume_steps(keys, image_size, slice_axis, label_map, intensity, fov_scale, fov_shape))
+    steps = _volume_steps(keys, image_size, slice_axis, label_map, intensity, fov_scale, fov_shape, input_label_key)
+    return Compose(steps)
+
+
+#: where the evaluation bundle computes Dice: ``"network"``, the cropped and resized grid the network sees;
+#: ``"input"``, the volume's own grid (the prediction inverted through the crop and the resize, the label as loaded)
+DICE_GRIDS = ("network", "input")
+
+
+def dice_grid_steps(dice_grid: str, **steps: Sequence) -> list:
+    """
+    The evaluation bundle's post-processing steps for ``dice_grid`` (one of :data:`DICE_GRIDS`), given the steps
+    of each grid by name.
+
+    Raises:
+        ValueError: ``dice_grid`` is not one of :data:`DICE_GRIDS`, or its steps are not given.
+    """
+    if dice_grid not in DICE_GRIDS or dice_grid not in steps:
+        raise ValueError(f"dice_grid must be one of {DICE_GRIDS}, got {dice_grid!r}.")
+    return list(steps[dice_grid])
 
 
 def pretrain_transforms(

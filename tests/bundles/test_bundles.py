@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from monai.bundle import ConfigWorkflow
+from monai.transforms import LoadImage
 from monai.networks.nets import BasicUNet
 
 from gcl_monai.benchmark.report import read_scalars
@@ -118,6 +119,36 @@ def test_pretrain_finetune_evaluate(demo_root):
     scalars = read_scalars(work / "finetune" / "gcl_L1_d0_s0" / "tensorboard")
     assert {"train_loss", "val_mean_dice"} <= set(scalars)
     assert len(scalars["val_mean_dice"][1]) == TINY_FT["epochs"] and 0 <= scalars["val_mean_dice"][1][0] <= 1
+
+
+def test_dice_in_the_input_grid(demo_root):
+    """``dice_grid="input"``: the prediction inverted through the crop and the resize, scored against the label as
+    loaded; the Dice in the network's grid (the default) stays as it was."""
+    eval_dir = demo_root / "outputs" / "eval_input_grid"
+    wf = _run("evaluate.json", "run", demo_root, **TINY_FT, dice_grid="input", eval_dir=str(eval_dir))
+    evaluator = wf.parser.get_parsed_content("evaluate#evaluator")
+    item = wf.parser.get_parsed_content("test_data")[-1]
+    label = LoadImage(image_only=True, ensure_channel_first=True)(item["label"])
+    out = evaluator.state.output[0]  # the last volume
+    assert out["pred"].shape == out["label"].shape == (4, *label.shape[1:])  # one-hot, the file's own grid
+    np.testing.assert_array_equal(np.asarray(out["label"].argmax(0)), np.asarray(label[0]))
+    pred, truth = np.asarray(out["pred"][1:]).astype(bool), np.asarray(out["label"][1:]).astype(bool)
+    per_class = []
+    for p, t in zip(pred, truth):
+        total = p.sum() + t.sum()
+        per_class.append(2 * (p & t).sum() / total if total else np.nan)
+    summary = json.loads((eval_dir / "dice.json").read_text())
+    np.testing.assert_allclose(summary["per_volume"][-1]["dice"], np.nanmean(per_class), rtol=1e-5)
+    network = json.loads((demo_root / "outputs" / "finetune" / "gcl_L1_d0_s0" / "eval" / "dice.json").read_text())
+    assert summary["num_volumes"] == network["num_volumes"] and summary["dice"] != network["dice"]
+    with pytest.raises(Exception) as raised:
+        _run("evaluate.json", "run", demo_root, **TINY_FT, dice_grid="pixels", eval_dir=str(eval_dir))
+    messages = []
+    err = raised.value
+    while err is not None:
+        messages.append(str(err))
+        err = err.__cause__
+    assert any("dice_grid must be one of ('network', 'input'), got 'pixels'" in m for m in messages)
 
 
 @pytest.mark.parametrize(("semi_supervised", "init"), [("mean_teacher", "gcl"), ("mixup", "random"), ("vat", "gcl")])

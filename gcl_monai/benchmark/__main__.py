@@ -63,6 +63,12 @@ def run_parser() -> argparse.ArgumentParser:
         "--pretrain-data", choices=list(DATASETS), help="pre-train on another dataset (out of distribution)"
     )
     parser.add_argument("--test-root", type=Path, help="external test set in the layout of --data (all its patients)")
+    parser.add_argument(
+        "--input-grid", action="store_true",
+        help="also evaluate every cell in each volume's own grid (evaluate.json dice_grid=input) on the test and the "
+        "validation patients: rows test_input and val_input (e.g. compare --test-set val_input), a Dice that runs "
+        "with another field of view or image size share",
+    )
     parser.add_argument("--name", help="experiment name (default PRESET_DATA, or PRESET_PRETRAIN-to-DATA)")
     parser.add_argument("--results-dir", type=Path, default=Path("results"))
     parser.add_argument("--bundle-dir", type=Path, default=None, help="folder of the gcl_<data> bundles")
@@ -159,6 +165,7 @@ def main_run(argv: Sequence[str]) -> int:
         bundle_dir=(args.bundle_dir or default_bundle_dir()).resolve(),
         pretrain_data=args.pretrain_data,
         test_root=args.test_root.resolve() if args.test_root else None,
+        input_grid=args.input_grid,
     )
     if args.devices and args.device:
         raise SystemExit("--device and --devices: give one of them.")

@@ -13,7 +13,15 @@ from typing import Any
 from gcl_monai.benchmark.bundles import default_bundle_dir
 from gcl_monai.benchmark.presets import Preset
 
-__all__ = ["DATASETS", "EXTERNAL_TEST", "INTERNAL_TEST", "Experiment", "FinetuneCell", "PretrainCell"]
+__all__ = [
+    "DATASETS",
+    "EXTERNAL_TEST",
+    "INPUT_GRID_SETS",
+    "INTERNAL_TEST",
+    "Experiment",
+    "FinetuneCell",
+    "PretrainCell",
+]
 
 #: dataset id -> (bundle folder, dataset sub-folder of the data root; None: the bundle generates its data).
 DATASETS: dict[str, tuple[str, str | None]] = {
@@ -24,6 +32,9 @@ DATASETS: dict[str, tuple[str, str | None]] = {
 }
 INTERNAL_TEST = "test"
 EXTERNAL_TEST = "external"
+#: the test sets of ``input_grid``: name -> the split evaluated (``evaluate.json``'s ``test_split``), Dice in each
+#: volume's own grid (``dice_grid`` ``input``) instead of the network's cropped and resized one
+INPUT_GRID_SETS: dict[str, str] = {"test_input": "test", "val_input": "val"}
 
 
 @dataclass
@@ -40,6 +51,9 @@ class Experiment:
         bundle_dir: folder of the ``gcl_<data>`` bundles.
         pretrain_data: dataset of pre-training (None: ``data``); another dataset is the out-of-distribution setting.
         test_root: folder of an external test set in the layout of ``data`` (evaluated on all its patients).
+        input_grid: also evaluate every fine-tuned model on the test and the validation patients in each volume's
+            own grid (:py:data:`INPUT_GRID_SETS`): a Dice that does not depend on the field of view or the image
+            size, so that runs differing in them compare.
     """
 
     name: str
@@ -50,6 +64,7 @@ class Experiment:
     bundle_dir: Path = field(default_factory=default_bundle_dir)
     pretrain_data: str | None = None
     test_root: Path | None = None
+    input_grid: bool = False
 
     def __post_init__(self) -> None:
         for dataset in (self.data, self.source):
@@ -95,6 +110,7 @@ class Experiment:
             "results_dir": str(self.results_dir),
             "bundle_dir": str(self.bundle_dir),
             "test_root": None if self.test_root is None else str(self.test_root),
+            "input_grid": self.input_grid,
             "preset": dataclasses.asdict(self.preset),
         }
 

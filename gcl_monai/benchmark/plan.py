@@ -15,7 +15,14 @@ from typing import Any
 
 from gcl_monai.benchmark.bundles import bundle_config
 from gcl_monai.benchmark.cells import pretrain_done, read_status, trained
-from gcl_monai.benchmark.experiment import EXTERNAL_TEST, INTERNAL_TEST, Experiment, FinetuneCell, PretrainCell
+from gcl_monai.benchmark.experiment import (
+    EXTERNAL_TEST,
+    INPUT_GRID_SETS,
+    INTERNAL_TEST,
+    Experiment,
+    FinetuneCell,
+    PretrainCell,
+)
 from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS, UnsupportedMethod, preset_cuts
 from gcl_monai.benchmark.settings import PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, recorded_changes
 
@@ -99,6 +106,10 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
                     if experiment.test_root is not None:
                         external_eval = {"eval_dir": str(folder / "eval_external"), "test_data": external}
                         evals[EXTERNAL_TEST] = {**evaluate, **external_eval}
+                    if experiment.input_grid:
+                        for test_set, split in INPUT_GRID_SETS.items():
+                            input_eval = {"dice_grid": "input", "test_split": split, "eval_dir": str(folder / test_set)}
+                            evals[test_set] = {**evaluate, **input_eval}
                     finetune_cells.append(
                         FinetuneCell(
                             method=name,

@@ -134,6 +134,13 @@ def test_evaluation_builds_what_the_training_built(tmp_path):
         assert evaluate["features"] == [16, 32, 64, 128, 256, 16]
         assert "lr" not in evaluate and "epochs" not in evaluate  # training-only keys stay with the training
         assert evaluate["split_file"] == cell.train_overrides["split_file"]
+    gridded = dataclasses.replace(experiment, input_grid=True)
+    (cell_in_grid,) = plan_cells(gridded)[1]
+    assert set(cell_in_grid.eval_overrides) == {"test", "external", "test_input", "val_input"}
+    for test_set, split in (("test_input", "test"), ("val_input", "val")):
+        evaluate = cell_in_grid.eval_overrides[test_set]
+        assert evaluate["dice_grid"] == "input" and evaluate["test_split"] == split and evaluate["norm"] == norm
+        assert cell_in_grid.dice_file(test_set) == cell.folder / test_set / "dice.json"
     workflow = ConfigWorkflow(config_file=str(cell.bundle / "configs" / "evaluate.json"), workflow_type=None,
                               **cell.eval_overrides["test"])
     network = workflow.parser.get_parsed_content("network_def", instantiate=True)
@@ -904,6 +911,14 @@ def test_end_to_end_on_the_phantom(tmp_path):
     second_run = (folder / "progress.log").read_text().split("Experiment smoke:")[2]
     assert second_run.count("already finished, skipped") == 5 and "starting" not in second_run
     assert len(read_results(folder / "results.csv")) == len(rows)
+    # the same cells in each volume's own grid: only the new evaluations run, nothing is trained again
+    assert main(argv + ["--input-grid"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in folder.glob("**/*.pt")} == stamps
+    gridded = read_results(folder / "results.csv")
+    assert len(gridded) == len(rows) + 2 * 2 * 2
+    assert {r["status"] for r in gridded} == {"ok"} and {"test_input", "val_input"} < {r["test_set"] for r in gridded}
+    volumes = {r["test_set"]: r["num_test_volumes"] for r in gridded}
+    assert volumes["test_input"] == volumes["test"] and volumes["val_input"] == volumes["val"]
 
     # another experiment with the same settings takes the finished pre-training and fine-tuning cell
     other = [a for a in argv if a not in ("--test-root", external)]

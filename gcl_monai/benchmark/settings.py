@@ -57,7 +57,15 @@ IGNORED_KEYS = (
 #: settings added to the bundles after cells were first recorded, with the value that a run before them had (the
 #: behaviour the new switch keeps by default): a record without the key is read with it, so that adding a switch
 #: does not make every recorded cell stale. Add an entry with every new top-level literal of a bundle config.
-ADDED_LATER: dict[str, Any] = {"labeled_pool": "train", "fov_shape": "scaled"}
+ADDED_LATER: dict[str, Any] = {
+    "labeled_pool": "train",
+    "fov_shape": "scaled",
+    "rotate_degrees": 15.0,
+    "scale_range": 0.1,
+    "affine_prob": 0.5,
+    "dice_batch": False,
+    "keep_largest_component": False,
+}
 
 _EXPRESSION_PREFIXES = ("$", "@", "%")
 

@@ -151,6 +151,56 @@ def test_dice_in_the_input_grid(demo_root):
     assert any("dice_grid must be one of ('network', 'input'), got 'pixels'" in m for m in messages)
 
 
+def test_keep_largest_component_in_evaluation_validation_and_inference(demo_root, tmp_path):
+    """``keep_largest_component``: the evaluated prediction has one 3D component per class at most; the validation of
+    fine-tuning and the inference bundle carry the same step; an unknown value is refused by name."""
+    from monai.bundle import ConfigParser
+    from monai.transforms import KeepLargestConnectedComponentd
+    from skimage.measure import label as components
+
+    eval_dir = tmp_path / "eval_lcc"
+    wf = _run("evaluate.json", "run", demo_root, **TINY_FT, keep_largest_component="class", eval_dir=str(eval_dir))
+    for out in wf.parser.get_parsed_content("evaluate#evaluator").state.output:
+        for channel in np.asarray(out["pred"][1:]).astype(bool):
+            assert components(channel, connectivity=3).max() <= 1
+    assert json.loads((eval_dir / "dice.json").read_text())["num_volumes"] == 2
+    for config, key in (("train.json", "validate#postprocessing"), ("inference.json", "postprocessing")):
+        parser = ConfigParser()
+        parser.read_config(str(DEMO / config))
+        parser["keep_largest_component"] = "foreground"
+        steps = [t for t in parser.get_parsed_content(key).transforms if isinstance(t, KeepLargestConnectedComponentd)]
+        assert len(steps) == 1 and steps[0].converter.independent is False
+        assert list(steps[0].converter.applied_labels) == [1, 2, 3]
+    with pytest.raises(Exception) as raised:
+        _run("evaluate.json", "run", demo_root, **TINY_FT, keep_largest_component="largest", eval_dir=str(eval_dir))
+    messages = []
+    err = raised.value
+    while err is not None:
+        messages.append(str(err))
+        err = err.__cause__
+    assert any("keep_largest_component must be False, None or one of ('class', 'foreground'), got 'largest'" in m
+               for m in messages)
+
+
+def test_augmentation_and_dice_switches_reach_the_fine_tuning():
+    """``rotate_degrees``, ``scale_range``, ``affine_prob`` set the labelled slices' affine (and the unlabelled
+    slices' of semi-supervised fine-tuning); ``dice_batch`` the Dice loss's reduction over the batch."""
+    import math
+
+    from monai.bundle import ConfigParser
+    from monai.transforms import RandAffined
+
+    parser = ConfigParser()
+    parser.read_config(str(DEMO / "train.json"))
+    parser.update({"rotate_degrees": 30.0, "scale_range": 0.25, "affine_prob": 0.8, "dice_batch": True})
+    for key in ("train#preprocessing", "train#unlabeled_dataset#transform"):
+        (affine,) = [t for t in parser.get_parsed_content(key).transforms if isinstance(t, RandAffined)]
+        assert affine.prob == 0.8
+        grid = affine.rand_affine.rand_affine_grid
+        assert grid.rotate_range == (math.radians(30.0),) and grid.scale_range == (0.25, 0.25)
+    assert parser.get_parsed_content("loss").dice.batch is True
+
+
 @pytest.mark.parametrize(("semi_supervised", "init"), [("mean_teacher", "gcl"), ("mixup", "random"), ("vat", "gcl")])
 def test_semi_supervised_switches_run_through_the_bundle(semi_supervised, init, demo_root):
     wf = _run("train.json", "run", demo_root, **{**TINY_FT, "init": init, "semi_supervised": semi_supervised})

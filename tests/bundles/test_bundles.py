@@ -96,6 +96,15 @@ def test_pretraining_sees_the_field_of_view_of_fine_tuning(bundle):
     assert len(crops) == 1 and crops[0].cropper.roi_scale == 0.5 and crops[0].cropper.plane_axes == (0, 1)
 
 
+def _messages(error: BaseException) -> list[str]:
+    """The messages of an error and of its causes (MONAI wraps a component's error in "Failed to ...")."""
+    messages = []
+    while error is not None:
+        messages.append(str(error))
+        error = error.__cause__
+    return messages
+
+
 @pytest.fixture(scope="module")
 def demo_root(tmp_path_factory):
     """Pre-train (GCL), fine-tune (L=1) and evaluate once on a tiny phantom."""
@@ -143,11 +152,7 @@ def test_dice_in_the_input_grid(demo_root):
     assert summary["num_volumes"] == network["num_volumes"] and summary["dice"] != network["dice"]
     with pytest.raises(Exception) as raised:
         _run("evaluate.json", "run", demo_root, **TINY_FT, dice_grid="pixels", eval_dir=str(eval_dir))
-    messages = []
-    err = raised.value
-    while err is not None:
-        messages.append(str(err))
-        err = err.__cause__
+    messages = _messages(raised.value)
     assert any("dice_grid must be one of ('network', 'input'), got 'pixels'" in m for m in messages)
 
 
@@ -173,11 +178,7 @@ def test_keep_largest_component_in_evaluation_validation_and_inference(demo_root
         assert list(steps[0].converter.applied_labels) == [1, 2, 3]
     with pytest.raises(Exception) as raised:
         _run("evaluate.json", "run", demo_root, **TINY_FT, keep_largest_component="largest", eval_dir=str(eval_dir))
-    messages = []
-    err = raised.value
-    while err is not None:
-        messages.append(str(err))
-        err = err.__cause__
+    messages = _messages(raised.value)
     assert any("keep_largest_component must be False, None or one of ('class', 'foreground'), got 'largest'" in m
                for m in messages)
 
@@ -390,10 +391,7 @@ def test_missing_dataset_dir_fails_before_work(tmp_path):
                         dataset_dir=str(tmp_path / "nowhere"))
     with pytest.raises(Exception) as excinfo:
         wf.initialize()
-    messages, err = [], excinfo.value
-    while err is not None:  # MONAI wraps the reader's error in "Failed to evaluate ..."
-        messages.append(str(err))
-        err = err.__cause__
+    messages = _messages(excinfo.value)
     assert any("nowhere" in m and "layout" in m.lower() for m in messages), messages
     assert not (tmp_path / "outputs" / "split.json").exists()
 
@@ -407,10 +405,7 @@ def test_a_switch_given_as_a_string_fails_before_work(config, switch, tmp_path):
                         dataset_dir=str(tmp_path / "nowhere"), **{switch: "false"})
     with pytest.raises(Exception) as excinfo:
         wf.initialize()
-    messages, err = [], excinfo.value
-    while err is not None:
-        messages.append(str(err))
-        err = err.__cause__
+    messages = _messages(excinfo.value)
     assert any(f"{switch}='false'" in m and "True or False" in m for m in messages), messages
     ok = ConfigWorkflow(config_file=cfg, workflow_type=None, bundle_root=str(tmp_path), run_id="run", **{switch: False})
     from gcl_monai.data import check_switches

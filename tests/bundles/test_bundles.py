@@ -62,12 +62,15 @@ def test_bundle_layout_and_metadata(bundle):
     assert fmt["outputs"]["pred"]["num_channels"] == inference["num_classes"]
     for key in ["network_def", "preprocessing", "inferer", "postprocessing", "device", "bundle_root"]:
         assert key in inference, key
-    # MONAI components, plus the few of gcl_monai that make a 2D network a 3D model and guard its input
+    # MONAI components, plus the few of gcl_monai that make a 2D network a 3D model, guard its input, choose the
+    # field of view's crop and the largest-component clean-up (each returning MONAI transforms)
     used = set(re.findall(r"gcl_monai(?:\.\w+)+", json.dumps(inference))) - {"gcl_monai.data", "gcl_monai.engines"}
     assert used == {
         "gcl_monai.networks.SliceWise",
         "gcl_monai.transforms.SelectFramed",
         "gcl_monai.transforms.RepairNonFinited",
+        "gcl_monai.transforms.field_of_view_crop",
+        "gcl_monai.transforms.keep_largest_component",
         "gcl_monai.data.inference_datalist",
         "gcl_monai.engines.segment_each_case",
     }

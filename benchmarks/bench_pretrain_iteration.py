@@ -16,7 +16,11 @@ Speed benchmark of GCL pre-training and of the bundles' data and fine-tuning pat
 4. The data pipeline (``SliceDataset`` + two views, epoch-seeded as in the bundles) in slices/s, in the main
    process and with the bundles' loader settings for this device (workers, pinned memory, persistent workers),
    against full GCL's consumption (slices/s).
-5. The demo bundle's fine-tuning iteration (``train.json``: data loading, ``SupervisedTrainer`` and its
+5. FLOPs of one iteration of every variant (matrix products and convolutions, forward and backward, counted by
+   ``torch.utils.flop_counter.FlopCounterMode``) and the share of them in GradFilter's selection: a time share that
+   a faster implementation of the same products cannot go below while the selection runs at the arithmetic rate
+   of the rest of the iteration.
+6. The demo bundle's fine-tuning iteration (``train.json``: data loading, ``SupervisedTrainer`` and its
    handlers) against a bare forward/backward/Adam step of the same network on a fixed batch.
 
 Peak memory: CUDA ``max_memory_allocated``; CPU: peak RSS of a separate process per variant.
@@ -49,6 +53,8 @@ from pathlib import Path
 import torch
 
 from benchmarks.bench_grad_filter import closed_form_vs_autograd
+from torch.utils.flop_counter import FlopCounterMode
+
 from gcl_monai.engines import GCLPretrainer
 from gcl_monai.gradients import GradMitigator, MeanCombiner
 from gcl_monai.handlers import GradMitigatorHandler
@@ -211,6 +217,46 @@ def time_variants(args, device: str) -> tuple[dict, dict]:
     return results, errors
 
 
+def count_flops(variant: str, args, device: str) -> dict:
+    """
+    FLOPs of one iteration of ``variant`` on the benchmark batch (after one uncounted warm-up iteration) and the
+    part of them spent in GradFilter's selection (``GRAD_FILTER_PARTS``). Only matrix products and convolutions
+    count (``FlopCounterMode``): elementwise work, gathers and Top-k are free here.
+    """
+    trainer, _ = build(variant, args, device)
+    batch = make_batch(args, device)
+    sync = synchronizer(device)
+    run_iterations(trainer, batch, 1, sync)
+    counter = FlopCounterMode(display=False)
+    inside = {"grad_filter": 0}
+
+    @contextmanager
+    def counted(owner, name):
+        original = getattr(owner, name)
+
+        def wrapper(*a, **kw):
+            before = counter.get_total_flops()
+            try:
+                return original(*a, **kw)
+            finally:
+                inside["grad_filter"] += counter.get_total_flops() - before
+
+        setattr(owner, name, wrapper)
+        try:
+            yield
+        finally:
+            setattr(owner, name, original)
+
+    with ExitStack() as stack:
+        for owner, name in GRAD_FILTER_PARTS:
+            stack.enter_context(counted(owner, name))
+        with counter:
+            run_iterations(trainer, batch, 1, sync)
+    total = counter.get_total_flops()
+    return {"flops": total, "grad_filter_flops": inside["grad_filter"],
+            "grad_filter_flop_share": inside["grad_filter"] / total}
+
+
 def peak_rss_mb(variant: str, args) -> float:
     """Peak resident memory of a separate process running only this variant (CPU)."""
     child = ["--batch-size", str(args.batch_size), "--image-size", str(args.image_size), "--norm", args.norm,
@@ -365,7 +411,7 @@ def device_name(device: str) -> str:
 
 
 #: what one run can measure (``--parts``).
-PARTS = ("variants", "closed_form", "loader", "finetune")
+PARTS = ("variants", "flops", "closed_form", "loader", "finetune")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -415,6 +461,14 @@ def main(argv: list[str] | None = None) -> None:
               f"{100 * gcl['combine_share']:.1f}% and GradFilter {100 * gcl['grad_filter_share']:.1f}% (GPU < 10%, "
               "CPU < 15%)")
         payload.update(variants=results, errors=errors, gcl_consumption_slices_per_s=gcl["images_per_s"] / 2)
+
+    if "flops" in args.parts:
+        flops = {variant: count_flops(variant, args, args.device) for variant in VARIANTS}
+        print(f"{'variant':33s} {'GFLOP':>8s} {'x SimCLR':>9s} {'GradFilter':>11s}")
+        for name, f in flops.items():
+            f["ratio_to_simclr"] = f["flops"] / flops["simclr"]["flops"]
+            print(f"{name:33s} {f['flops'] / 1e9:8.1f} {f['ratio_to_simclr']:9.2f} {100 * f['grad_filter_flop_share']:10.1f}%")
+        payload["flops"] = flops
 
     if "closed_form" in args.parts:
         closed = closed_form_vs_autograd(argparse.Namespace(small_size=128), device=args.device)

@@ -428,12 +428,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--finetune-batch-size", type=int, default=5, help="fine-tuning batch (the paper's: 5)")
     parser.add_argument("--finetune-rounds", type=int, default=3, help="interleaved bundle / bare fine-tuning rounds")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="what to measure (default: all)")
+    parser.add_argument("--matmul-precision", default="highest", choices=("highest", "high", "medium"),
+                        help="torch.set_float32_matmul_precision for the run (high: TF32 matrix products on CUDA)")
     parser.add_argument("--note", default="", help="free text stored with the results (e.g. machine load)")
     parser.add_argument("--skip-peak-rss", action="store_true", help="CPU: do not measure peak RSS per variant")
     parser.add_argument("--only", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default="results/bench_pretrain_iteration.json")
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
+    torch.set_float32_matmul_precision(args.matmul_precision)
 
     if args.only:  # child process: one variant, report its peak RSS
         trainer, _ = build(args.only, args, args.device)

@@ -595,11 +595,15 @@ def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_pa
     without_shape = {k: v for k, v in before.items() if k != "fov_shape"}
     assert changed_settings(without_shape, ours) == []
     assert changed_settings(without_shape, {**ours, "fov_shape": "square"}) == ["fov_shape"]
-    # the fine-tuning's augmentation, Dice reduction and clean-up switches came after that, at their old behaviour
+    # the fine-tuning's augmentation, Dice reduction and clean-up switches came after that: a record without them
+    # ran their old behaviour (15, 0.1, 0.5, False, False), which differs from today's defaults
     later = ("rotate_degrees", "scale_range", "affine_prob", "dice_batch", "keep_largest_component")
-    assert [ours[k] for k in later] == [15.0, 0.1, 0.5, False, False]
-    assert changed_settings({k: v for k, v in before.items() if k not in later}, ours) == []
-    assert changed_settings(before, {**ours, "keep_largest_component": "class"}) == ["keep_largest_component"]
+    assert [ADDED_LATER[k] for k in later] == [15.0, 0.1, 0.5, False, False]
+    assert [ours[k] for k in later] == [30.0, 0.2, 0.8, True, "class"]
+    old_behaviour = {**ours, **{k: ADDED_LATER[k] for k in later}}
+    assert changed_settings({k: v for k, v in before.items() if k not in later}, old_behaviour) == []
+    assert sorted(changed_settings({k: v for k, v in before.items() if k not in later}, ours)) == sorted(later)
+    assert changed_settings(before, {**ours, "keep_largest_component": False}) == ["keep_largest_component"]
     _finished_cell(older, 0.5, before)
     _finished_cell(other_pool, 0.5, {**ours, "labeled_pool": "train+pretrain"})
     with pytest.raises(ValueError, match=r"random_L1_d1_s1 .*labeled_pool was 'train\+pretrain', now 'train'"):

@@ -20,6 +20,8 @@ DATASET_KEYS = {
     "bundle_root", "dataset", "dataset_dir", "num_patients", "data_seed", "num_pretrain", "num_val", "num_test",
     "meta_labels", "volume_meta_keys", "image_size", "fov_scale", "fov_shape", "features", "num_classes", "class_names", "label_map",
     "stratify_key",
+    # the fine-tuning's augmentation, Dice reduction and clean-up: chosen on each data set's validation patients
+    "rotate_degrees", "scale_range", "affine_prob", "dice_batch", "keep_largest_component",
 }
 
 

@@ -51,10 +51,9 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import torch
-
-from benchmarks.bench_grad_filter import closed_form_vs_autograd
 from torch.utils.flop_counter import FlopCounterMode
 
+from benchmarks.bench_grad_filter import closed_form_vs_autograd
 from gcl_monai.engines import GCLPretrainer
 from gcl_monai.gradients import GradMitigator, MeanCombiner
 from gcl_monai.handlers import GradMitigatorHandler
@@ -79,6 +78,26 @@ def synchronizer(device: str):
     return torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
 
+@contextmanager
+def accumulating(owner, name: str, read, totals: dict, tag: str):
+    """For the block, every call of ``owner.name`` adds ``read()`` after it minus ``read()`` before it to
+    ``totals[tag]`` (a clock, a FLOP counter)."""
+    original = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        start = read()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            totals[tag] = totals.get(tag, 0) + read() - start
+
+    setattr(owner, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
 class Timers:
     """Accumulates the time spent in wrapped functions (synchronising the device around them when ``sync``)."""
 
@@ -86,24 +105,12 @@ class Timers:
         self.total: dict[str, float] = {}
         self.sync = sync or (lambda: None)
 
-    @contextmanager
+    def _now(self) -> float:
+        self.sync()
+        return time.perf_counter()
+
     def wrap(self, owner, name: str, tag: str):
-        original = getattr(owner, name)
-
-        def timed(*args, **kwargs):
-            self.sync()
-            start = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.sync()
-                self.total[tag] = self.total.get(tag, 0.0) + time.perf_counter() - start
-
-        setattr(owner, name, timed)
-        try:
-            yield
-        finally:
-            setattr(owner, name, original)
+        return accumulating(owner, name, self._now, self.total, tag)
 
 
 def make_batch(args, device):
@@ -229,27 +236,9 @@ def count_flops(variant: str, args, device: str) -> dict:
     run_iterations(trainer, batch, 1, sync)
     counter = FlopCounterMode(display=False)
     inside = {"grad_filter": 0}
-
-    @contextmanager
-    def counted(owner, name):
-        original = getattr(owner, name)
-
-        def wrapper(*a, **kw):
-            before = counter.get_total_flops()
-            try:
-                return original(*a, **kw)
-            finally:
-                inside["grad_filter"] += counter.get_total_flops() - before
-
-        setattr(owner, name, wrapper)
-        try:
-            yield
-        finally:
-            setattr(owner, name, original)
-
     with ExitStack() as stack:
         for owner, name in GRAD_FILTER_PARTS:
-            stack.enter_context(counted(owner, name))
+            stack.enter_context(accumulating(owner, name, counter.get_total_flops, inside, "grad_filter"))
         with counter:
             run_iterations(trainer, batch, 1, sync)
     total = counter.get_total_flops()

@@ -70,9 +70,10 @@ class LastLayerJacobian:
             # W_2^T u of every pixel: the pixel head's output layer applied backwards once, shared by all pools
             self.head_u = (v / norm.unsqueeze(-1)) @ conv_out.weight.detach().flatten(1)  # (B, HW, Hd)
             feats, scale = _adn_linearisation(last_layer.adn, last_conv.detach())
-            self.hidden_mask = (conv_in(feats) > 0).flatten(2).transpose(1, 2).to(v.dtype)  # (B, HW, Hd)
+            # pixel-major like head_u, so that broadcasting them over a pool runs along contiguous rows
+            self.hidden_mask = (conv_in(feats) > 0).flatten(2).transpose(1, 2).to(v.dtype).contiguous()  # (B, HW, Hd)
             self.w_in = conv_in.weight.detach().flatten(1)  # (Hd, C)
-            self.feature_scale = scale.flatten(2).transpose(1, 2)  # (B, HW, C)
+            self.feature_scale = scale.flatten(2).transpose(1, 2).contiguous()  # (B, HW, C)
             patch = _patch_norm(last_layer.conv, last_input.detach()).flatten(1)
             self.anchor_factor = patch / norm  # (B, HW): ||x_patch|| (with bias) / ||v||
 
@@ -90,14 +91,17 @@ class LastLayerJacobian:
         pos_cos: torch.Tensor,
         neg_cos: torch.Tensor,
         pos_weight: torch.Tensor,
+        max_block_elements: int | None = None,
     ) -> torch.Tensor:
         r"""
         Magnitudes of the gradients :math:`g^+ = -w^+ (u^+ - \bar u^-)` of Eq. (8), one per positive of each pool.
 
-        By linearity, :math:`W_2^T (I - u u^T) g^+ = -w^+ (W_2^T u^+ - W_2^T \bar u^- - (u\cdot u^+ - u\cdot\bar u^-)
-        W_2^T u)`; :math:`W_2^T u` is precomputed per pixel, so the only work per positive is the ReLU mask, one
-        product with :math:`W_1` and a norm whose cross terms with the per-anchor parts are expanded (the squared
-        norm is clamped at 0 against rounding).
+        By linearity, :math:`W_2^T (I - u u^T) g^+ = -w^+ (W_2^T u^+ - W_2^T \bar u^- - d\, W_2^T u)` with
+        :math:`d = u\cdot u^+ - u\cdot\bar u^-`; :math:`W_2^T u` is precomputed per pixel and
+        :math:`W_2^T \bar u^-` is one product per anchor pixel, so the work per positive is that difference in the
+        hidden space, the anchor's ReLU mask, one row of a product with :math:`W_1`, the anchor's normalisation
+        slope and a norm. The difference is formed before the product, not expanded inside the norm, so that a
+        small magnitude (the ones GradFilter keeps) is not the difference of large terms.
 
         Args:
             anchors: (P,) batch index of each pair's anchor image.
@@ -108,32 +112,35 @@ class LastLayerJacobian:
             pos_cos: (P, HW, K) :math:`u\cdot u^+`.
             neg_cos: (P, HW) :math:`u\cdot \bar u^-`.
             pos_weight: (P, HW, K) the non-negative scalar :math:`w^+`.
+            max_block_elements: pairs are processed in blocks whose largest temporary, (pairs, HW, K, C) values,
+                holds at most this many elements (at least one pair per block); None: all pairs at once. Blocks
+                that fit a CPU's cache are about twice as fast there (docs/results/speed.md); the values do not
+                depend on it.
 
         Returns:
             (P, HW, K) Frobenius norms of the gradients w.r.t. the last layer's weight and bias.
         """
-        head_b = self.head_u[positives]  # (P, HW', Hd)
-        mask = self.hidden_mask[anchors]
-        scale = self.feature_scale[anchors]  # (P, HW, C)
-        rows = torch.arange(len(positives), device=pool.device)[:, None, None]
-        # s * W_1^T (r * W_2^T u^+): the only (P, HW, K, C) tensor, updated in place
-        per_positive = head_b[rows, pool].mul_(mask.unsqueeze(2)) @ self.w_in
-        per_positive.mul_(scale.unsqueeze(2))
-        # the per-anchor parts: s * W_1^T (r * W_2^T ubar^-) and s * W_1^T (r * W_2^T u)
-        neg = ((neg_weights @ head_b) * mask) @ self.w_in * scale  # (P, HW, C)
-        own = ((self.head_u[anchors] * mask) @ self.w_in) * scale
-        # ||X - neg - d own||^2 expanded, with d = u.u^+ - u.ubar^-: one pass over X for its norm, one for dots
+        per_pair = pool.shape[1] * pool.shape[2] * max(self.w_in.shape)
+        block = len(anchors) if max_block_elements is None else max(1, max_block_elements // per_pair)
+        args = (anchors, positives, pool, neg_weights, pos_cos, neg_cos, pos_weight)
+        if block >= len(anchors):
+            return self._block_magnitudes(*args)
+        return torch.cat([self._block_magnitudes(*part) for part in zip(*(t.split(block) for t in args))])
+
+    def _block_magnitudes(self, anchors, positives, pool, neg_weights, pos_cos, neg_cos, pos_weight) -> torch.Tensor:
+        """:py:meth:`pool_magnitudes` of one block of pairs."""
+        num_pixels, hidden = self.head_u.shape[1:]
+        head_neg = neg_weights @ self.head_u[positives]  # (P, HW, Hd): W_2^T ubar^-
         d = pos_cos - neg_cos.unsqueeze(-1)  # (P, HW, K)
-        dots = per_positive @ torch.stack([neg, own], dim=-1)  # (P, HW, K, 2)
-        sq = (
-            torch.linalg.vector_norm(per_positive, dim=-1).square()
-            - 2 * dots[..., 0]
-            - 2 * d * dots[..., 1]
-            + neg.square().sum(-1, keepdim=True)
-            + 2 * d * (neg * own).sum(-1, keepdim=True)
-            + d.square() * own.square().sum(-1, keepdim=True)
-        )
-        return sq.clamp_min(0).sqrt() * pos_weight * self.anchor_factor[anchors].unsqueeze(-1)
+        # W_2^T u^+ of every positive, gathered from the flattened (B HW', Hd) table: the one (P, HW, K, Hd) tensor
+        rows = (positives[:, None, None] * num_pixels + pool).flatten()
+        diff = self.head_u.reshape(-1, hidden).index_select(0, rows).view(*pool.shape, hidden)
+        diff.sub_(head_neg.unsqueeze(2)).addcmul_(d.unsqueeze(-1), self.head_u[anchors].unsqueeze(2), value=-1.0)
+        diff.mul_(self.hidden_mask[anchors].unsqueeze(2))
+        # s * W_1^T (r * (W_2^T u^+ - W_2^T ubar^- - d W_2^T u)): (P, HW, K, C)
+        grad_features = (diff @ self.w_in).mul_(self.feature_scale[anchors].unsqueeze(2))
+        magnitude = torch.linalg.vector_norm(grad_features, dim=-1)
+        return magnitude * pos_weight * self.anchor_factor[anchors].unsqueeze(-1)
 
 
 def _adn_linearisation(adn: nn.Module, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,6 +14,9 @@ from .meta_contrastive import positive_mask
 
 __all__ = ["PixelContrastiveLoss"]
 
+#: GradFilter's block of pairs on a CPU, in elements of its largest temporary: 4 MiB of float32, cache-sized.
+CPU_BLOCK_ELEMENTS = 2**20
+
 
 class PixelContrastiveLoss(_Loss):
     """
@@ -48,6 +51,10 @@ class PixelContrastiveLoss(_Loss):
         max_chunk_elements: with an active GradFilter, the chunk is also cut so that its largest temporary,
             (pairs, HW, K, C) values, holds at most this many elements (2**25 float32 values: 128 MiB). The
             chunking changes no value (only time and memory).
+        grad_filter_block_elements: GradFilter's magnitudes are computed in blocks of pairs whose (pairs, HW,
+            K, C) temporary holds at most this many elements (:py:meth:`LastLayerJacobian.pool_magnitudes`);
+            None: 2**20 (4 MiB, cache-sized) on a CPU, where it makes the selection about twice as fast, and the
+            whole chunk on other devices. Changes no value.
     """
 
     def __init__(
@@ -57,6 +64,7 @@ class PixelContrastiveLoss(_Loss):
         max_positive_images: int | None = None,
         pair_chunk_size: int = 64,
         max_chunk_elements: int = 2**25,
+        grad_filter_block_elements: int | None = None,
     ) -> None:
         super().__init__()
         if temperature <= 0:
@@ -65,6 +73,8 @@ class PixelContrastiveLoss(_Loss):
             raise ValueError(f"topk_ratio must be in (0, 1) so that every pool has negatives, got {topk_ratio}.")
         if max_chunk_elements < 1:
             raise ValueError(f"max_chunk_elements must be at least 1, got {max_chunk_elements}.")
+        if grad_filter_block_elements is not None and grad_filter_block_elements < 1:
+            raise ValueError(f"grad_filter_block_elements must be at least 1, got {grad_filter_block_elements}.")
         if max_positive_images is not None and max_positive_images < 1:
             raise ValueError(f"max_positive_images must be at least 1, got {max_positive_images}.")
         self.temperature = temperature
@@ -72,6 +82,7 @@ class PixelContrastiveLoss(_Loss):
         self.max_positive_images = max_positive_images
         self.pair_chunk_size = pair_chunk_size
         self.max_chunk_elements = max_chunk_elements
+        self.grad_filter_block_elements = grad_filter_block_elements
 
     def pairs(
         self,
@@ -218,4 +229,7 @@ class PixelContrastiveLoss(_Loss):
         neg_weights = torch.softmax(neg_logits, dim=-1)  # (P, HW, HW)
         neg_cos = (u[a] * (neg_weights @ u[b])).sum(-1)
         weight = torch.sigmoid(torch.logsumexp(neg_logits, dim=-1, keepdim=True) - pos_logits) / self.temperature
-        return jacobian.pool_magnitudes(a, b, pool, neg_weights, pos_logits * self.temperature, neg_cos, weight)
+        block = self.grad_filter_block_elements
+        if block is None and u.device.type == "cpu":
+            block = CPU_BLOCK_ELEMENTS
+        return jacobian.pool_magnitudes(a, b, pool, neg_weights, pos_logits * self.temperature, neg_cos, weight, block)

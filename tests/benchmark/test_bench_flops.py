@@ -28,9 +28,8 @@ def test_grad_filter_flops_equal_a_hand_count_of_its_products():
     jacobian = 2 * n_img * hw * (d * hidden + c * hidden + 9 * c)  # W_2^T u, the hidden ReLU mask, ||x_patch||
     magnitudes = 2 * pairs * hw * (
         hw * d  # the softmax-weighted negatives' mean, for u . ubar^-
-        + k * hidden * c  # s * W_1^T (r * W_2^T u^+) of every positive
-        + hw * hidden + 2 * hidden * c  # the two per-anchor parts
-        + 2 * k * c  # their dot products with every positive's part
+        + hw * hidden  # W_2^T ubar^-
+        + k * hidden * c  # s * W_1^T (r * (W_2^T u^+ - W_2^T ubar^- - d W_2^T u)) of every positive
     )
     assert result["grad_filter_flops"] == jacobian + magnitudes
     assert 0.0 < result["grad_filter_flop_share"] < 1.0

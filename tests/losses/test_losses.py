@@ -341,3 +341,53 @@ def test_chunk_size_changes_no_value_or_gradient():
         assert torch.allclose(values, results[0][0], rtol=1e-6) and torch.allclose(grad, results[0][1], atol=1e-7)
     with pytest.raises(ValueError, match="max_chunk_elements"):
         PixelContrastiveLoss(max_chunk_elements=0)
+
+
+def _pool_inputs(pairs: int, hw: int, k: int, seed: int):
+    """pool_magnitudes' inputs for ``pairs`` (anchor, positive) pairs of a batch of 4 images of ``hw`` pixels."""
+    g = torch.Generator().manual_seed(seed)
+    anchors, positives = torch.randint(0, 4, (pairs,), generator=g), torch.randint(0, 4, (pairs,), generator=g)
+    pool = torch.rand(pairs, hw, hw, generator=g).argsort(-1)[..., :k]
+    neg_weights = torch.softmax(torch.randn(pairs, hw, hw, generator=g), -1).scatter(-1, pool, 0.0)
+    neg_weights = neg_weights / neg_weights.sum(-1, keepdim=True)
+    pos_cos, neg_cos = torch.rand(pairs, hw, k, generator=g) * 2 - 1, torch.rand(pairs, hw, generator=g) * 2 - 1
+    return anchors, positives, pool, neg_weights, pos_cos, neg_cos, torch.rand(pairs, hw, k, generator=g)
+
+
+def test_grad_filter_blocks_change_no_value():
+    """Computing the magnitudes in blocks of pairs (cache-sized on a CPU) gives the values of one block."""
+    torch.manual_seed(8)
+    net = GCLNet(features=(4, 4, 8, 8, 16, 4), proj_dim=8)
+    jac = LastLayerJacobian.from_output(net, net(torch.randn(4, 1, 64, 64)))
+    inputs = _pool_inputs(pairs=7, hw=16, k=5, seed=0)
+    whole = jac.pool_magnitudes(*inputs)
+    assert whole.shape == (7, 16, 5) and (whole > 0).all()
+    for elements in (1, 16 * 5 * 16 * 3):  # one pair per block; three pairs (the last block holds one)
+        torch.testing.assert_close(jac.pool_magnitudes(*inputs, max_block_elements=elements), whole, rtol=1e-6, atol=0)
+    with pytest.raises(ValueError, match="grad_filter_block_elements"):
+        PixelContrastiveLoss(grad_filter_block_elements=0)
+
+
+def test_grad_filter_small_magnitudes_keep_their_precision():
+    """
+    The positives GradFilter keeps are those whose u+ is close to the negatives' mean: their magnitude is a small
+    difference of large terms. A positive equal to that mean (d = 0) has magnitude 0, and near it the float32
+    magnitudes keep their relative precision (formed before the norm, not expanded inside it).
+    """
+    torch.manual_seed(9)
+    net = GCLNet(features=(4, 4, 8, 8, 16, 4), proj_dim=8)
+    x = torch.randn(4, 1, 64, 64)
+    jac = LastLayerJacobian.from_output(net, net(x))
+    jac64 = LastLayerJacobian.from_output(net.double(), net(x.double()))
+    anchors, positives, pool, _, _, _, _ = _pool_inputs(pairs=3, hw=16, k=4, seed=1)
+    pool, pos_weight = pool[..., :1].expand(3, 16, 4), torch.ones(3, 16, 4)  # four times the same positive pixel
+    neg_weights = torch.zeros(3, 16, 16).scatter(-1, pool[..., :1], 1.0)  # ubar^- = u+ (only d differs)
+    neg_cos = torch.rand(3, 16) * 2 - 1
+    pos_cos = neg_cos.unsqueeze(-1) + torch.tensor([0.0, 1e-5, 1e-3, 0.5])  # d of the four positives
+    got = jac.pool_magnitudes(anchors, positives, pool, neg_weights, pos_cos, neg_cos, pos_weight)
+    expected = jac64.pool_magnitudes(
+        anchors, positives, pool, neg_weights.double(), pos_cos.double(), neg_cos.double(), pos_weight.double()
+    )
+    assert (got[..., 0] == 0).all() and (expected[..., 0] == 0).all()
+    torch.testing.assert_close(got[..., 1:].double(), expected[..., 1:], rtol=1e-4, atol=0)
+    assert (expected[..., 1] <= 1e-4 * expected[..., 3]).all() and (expected[..., 3] > 0).any()  # a real cancellation

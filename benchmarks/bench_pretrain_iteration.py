@@ -138,7 +138,9 @@ def build(variant: str, args, device, batched_backward: bool = False):
         network=net,
         optimizer=opt,
         meta_labels=spec["meta_labels"],
-        pixel_loss=PixelContrastiveLoss(max_positive_images=args.max_positive_images) if spec["pixel"] else None,
+        pixel_loss=PixelContrastiveLoss(
+            max_positive_images=args.max_positive_images, grad_filter_block_elements=args.grad_filter_block_elements
+        ) if spec["pixel"] else None,
         grad_filter=grad_filter,
         batched_backward=batched_backward,
         device_views=BatchContrastiveViews(spatial_size=args.image_size, seed=0) if spec.get("device_views") else None,
@@ -264,6 +266,8 @@ def peak_rss_mb(variant: str, args) -> float:
     """Peak resident memory of a separate process running only this variant (CPU)."""
     child = ["--batch-size", str(args.batch_size), "--image-size", str(args.image_size), "--norm", args.norm,
              "--max-positive-images", str(args.max_positive_images), "--features", *map(str, args.features)]
+    if args.grad_filter_block_elements is not None:
+        child += ["--grad-filter-block-elements", str(args.grad_filter_block_elements)]
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.bench_pretrain_iteration", *child, "--only", variant, "--iterations", "2",
          "--warmup", "1"],
@@ -431,6 +435,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--finetune-batch-size", type=int, default=5, help="fine-tuning batch (the paper's: 5)")
     parser.add_argument("--finetune-rounds", type=int, default=3, help="interleaved bundle / bare fine-tuning rounds")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="what to measure (default: all)")
+    parser.add_argument("--grad-filter-block-elements", type=int, default=None,
+                        help="grad_filter_block_elements of the pixel loss (default: 2**20 on a CPU, else one block)")
     parser.add_argument("--matmul-precision", default="highest", choices=("highest", "high", "medium"),
                         help="torch.set_float32_matmul_precision for the run (high: TF32 matrix products on CUDA)")
     parser.add_argument("--note", default="", help="free text stored with the results (e.g. machine load)")

@@ -10,7 +10,7 @@ from benchmarks.bench_pretrain_iteration import count_flops
 
 def _args(**overrides):
     args = argparse.Namespace(batch_size=2, image_size=32, features=[4, 4, 4, 4, 8, 4], norm="batch",
-                              max_positive_images=4)
+                              max_positive_images=4, grad_filter_block_elements=None)
     for key, value in overrides.items():
         setattr(args, key, value)
     return args

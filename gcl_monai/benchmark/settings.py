@@ -65,6 +65,7 @@ ADDED_LATER: dict[str, Any] = {
     "affine_prob": 0.5,
     "dice_batch": False,
     "keep_largest_component": False,
+    "float32_matmul_precision": "highest",
 }
 
 _EXPRESSION_PREFIXES = ("$", "@", "%")

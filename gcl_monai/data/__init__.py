@@ -40,6 +40,7 @@ _LAZY_EXPORTS = {
     "ensure_phantom": "bundle_setup",
     "check_switches": "bundle_setup",
     "load_or_create_split": "bundle_setup",
+    "set_float32_matmul_precision": "bundle_setup",
     "SliceDataset": "slice_dataset",
     "SliceRecord": "slice_dataset",
 }
@@ -94,6 +95,7 @@ __all__ = [
     "read_mmwhs",
     "read_prostate",
     "save_split",
+    "set_float32_matmul_precision",
     "split_h5_path",
     "split_patients",
     "synthesize_patient",

@@ -604,6 +604,15 @@ def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_pa
     assert changed_settings({k: v for k, v in before.items() if k not in later}, old_behaviour) == []
     assert sorted(changed_settings({k: v for k, v in before.items() if k not in later}, ours)) == sorted(later)
     assert changed_settings(before, {**ours, "keep_largest_component": False}) == ["keep_largest_component"]
+    # pre-training's float32 matrix-product precision came later: a pre-training record without it ran torch's default
+    gcl = Experiment("g", "demo", PRESETS["cpu-mini"].replace(methods=("gcl",), num_labeled=(1,), repeats=1),
+                     results_dir=tmp_path)
+    gcl_pretrain = cell_settings(plan_cells(gcl)[0][0])
+    assert gcl_pretrain["float32_matmul_precision"] == ADDED_LATER["float32_matmul_precision"] == "highest"
+    without_precision = {k: v for k, v in gcl_pretrain.items() if k != "float32_matmul_precision"}
+    assert changed_settings(without_precision, gcl_pretrain) == []
+    assert changed_settings(without_precision, {**gcl_pretrain, "float32_matmul_precision": "medium"}) == [
+        "float32_matmul_precision"]
     _finished_cell(older, 0.5, before)
     _finished_cell(other_pool, 0.5, {**ours, "labeled_pool": "train+pretrain"})
     with pytest.raises(ValueError, match=r"random_L1_d1_s1 .*labeled_pool was 'train\+pretrain', now 'train'"):

@@ -433,3 +433,20 @@ def test_loader_workers_on_cuda_only(config, cuda, monkeypatch):
     assert parser.get_parsed_content("train#dataloader#persistent_workers") is cuda
     parser["num_workers"] = 3  # a user override reaches the loader
     assert parser.get_parsed_content("train#dataloader#persistent_workers", lazy=False) is True
+
+
+@pytest.mark.parametrize("precision", ["medium", "bogus"])
+def test_pretraining_sets_the_float32_matmul_precision(precision, tmp_path):
+    """``float32_matmul_precision`` reaches torch before the run; a value torch would ignore is refused by name."""
+    wf = ConfigWorkflow(config_file=str(DEMO / "pretrain.json"), workflow_type=None, bundle_root=str(tmp_path),
+                        run_id="pretrain", **{**TINY, "float32_matmul_precision": precision})
+    try:
+        if precision == "bogus":
+            with pytest.raises(Exception) as error:
+                wf.initialize()
+            assert any("float32_matmul_precision must be one of" in m and "'bogus'" in m for m in _messages(error.value))
+        else:
+            wf.initialize()
+            assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision("highest")

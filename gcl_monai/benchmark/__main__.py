@@ -11,6 +11,7 @@ Command line of the benchmark harness::
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import logging
 import os
@@ -29,10 +30,18 @@ PROG = "python -m gcl_monai.benchmark"
 
 
 def _value(text: str) -> Any:
-    """A JSON value (number, list, true/false/null), else the string itself."""
+    """
+    A JSON value (number, list, true/false/null) or a Python literal (``True``, ``False``, ``None``, a tuple),
+    as ``python -m monai.bundle run --key value`` reads them, else the string itself: ``dice_batch=False`` is the
+    boolean, not the string "False" that a bundle would read as true.
+    """
     try:
         return json.loads(text)
     except json.JSONDecodeError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
         return text
 
 

@@ -981,3 +981,14 @@ def test_supervised_encoder_end_to_end_on_the_phantom(tmp_path):
     assert {r["status"] for r in rows} == {"ok"} and {r["method"] for r in rows} == {"supervised_encoder"}
     log = (tmp_path / "ref" / "progress.log").read_text()
     assert "pretrain supervised_encoder: finished in" in log
+
+
+def test_override_values_read_as_the_bundle_command_line_reads_them():
+    """``KEY=VALUE`` of --finetune-set / --pretrain-set: JSON or Python literals, else the string; ``False`` must not
+    stay the string "False", which a bundle reads as true."""
+    from gcl_monai.benchmark.__main__ import _key_values
+
+    got = _key_values(["dice_batch=False", "a=false", "b=None", "c=0.5", "d=[1, 2]", "e=(1, 2)", "f=class", "g='x'"])
+    assert got == {"dice_batch": False, "a": False, "b": None, "c": 0.5, "d": [1, 2], "e": (1, 2), "f": "class",
+                   "g": "x"}
+    assert got["dice_batch"] is False

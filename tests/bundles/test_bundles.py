@@ -400,7 +400,7 @@ def test_missing_dataset_dir_fails_before_work(tmp_path):
 
 
 @pytest.mark.parametrize(("config", "switch"), [("pretrain.json", "pixel_branch"), ("pretrain.json", "mitigate"),
-                                              ("train.json", "freeze_encoder")])
+                                              ("train.json", "freeze_encoder"), ("train.json", "dice_batch")])
 def test_a_switch_given_as_a_string_fails_before_work(config, switch, tmp_path):
     """``--pixel_branch false`` on the command line is the string "false", which Python reads as true."""
     cfg = str(REPO / "bundles" / "gcl_acdc" / "configs" / config)

@@ -7,6 +7,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from gcl_monai.data.layouts import load_datalist
 from gcl_monai.data.phantom import generate_acdc_phantom
 from gcl_monai.data.splits import load_split, save_split, split_patients
@@ -106,8 +108,6 @@ def set_float32_matmul_precision(precision: str) -> None:
     Raises:
         ValueError: naming a value that is not one of :data:`MATMUL_PRECISIONS`.
     """
-    import torch
-
     if precision not in MATMUL_PRECISIONS:
         raise ValueError(f"float32_matmul_precision must be one of {list(MATMUL_PRECISIONS)}, got {precision!r}.")
     torch.set_float32_matmul_precision(precision)

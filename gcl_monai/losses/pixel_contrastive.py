@@ -39,9 +39,10 @@ class PixelContrastiveLoss(_Loss):
     Complexity, with B = 2N images of HW pixels each, D-dimensional embeddings and P (anchor, positive image)
     pairs: the logits cost O(P HW^2 D) time and the autograd graph keeps O(P HW^2) values; GradFilter adds
     O(P HW (HW (D + H) + K H C)) time for the hidden width H and encoder width C (the negatives' weighted means,
-    then one product with W_1 per positive), computed in chunks of ``pair_chunk_size`` pairs without gradients. P grows with the square of the batch for coarse meta labels
-    (e.g. 2 organ states give P ~ 2N^2); ``max_positive_images`` caps it at 2N x ``max_positive_images`` by
-    sampling, for each anchor image, its other view and random other positive images.
+    then one product with W_1 per positive), computed in chunks of ``pair_chunk_size`` pairs without gradients.
+    P grows with the square of the batch for coarse meta labels (e.g. 2 organ states give P ~ 2N^2);
+    ``max_positive_images`` caps it at 2N x ``max_positive_images`` by sampling, for each anchor image, its other
+    view and random other positive images.
 
     Args:
         temperature: :math:`\\tau` (0.1 in the paper).

@@ -18,4 +18,5 @@ def test_child_peak_does_not_include_the_parents_memory():
     code = "from benchmarks.bench_pretrain_iteration import own_peak_rss_mb; print(own_peak_rss_mb())"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     child_peak = float(out.stdout.strip().splitlines()[-1])
-    assert 0 < child_peak < 1024, f"the child reports {child_peak:.0f} MB, the parent holds {grown.numel() * 4 >> 20} MB"
+    parent_mb = grown.numel() * 4 >> 20
+    assert 0 < child_peak < 1024, f"the child reports {child_peak:.0f} MB, the parent holds {parent_mb} MB"

@@ -444,7 +444,8 @@ def test_pretraining_sets_the_float32_matmul_precision(precision, tmp_path):
         if precision == "bogus":
             with pytest.raises(Exception) as error:
                 wf.initialize()
-            assert any("float32_matmul_precision must be one of" in m and "'bogus'" in m for m in _messages(error.value))
+            messages = _messages(error.value)
+            assert any("float32_matmul_precision must be one of" in m and "'bogus'" in m for m in messages)
         else:
             wf.initialize()
             assert torch.get_float32_matmul_precision() == "medium"

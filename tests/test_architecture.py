@@ -19,8 +19,9 @@ ALLOWED = {
     "transforms": set(),
     "engines": {"losses", "gradients", "networks"},
     "handlers": {"engines", "losses", "gradients", "networks"},
-    "benchmark": {"data", "transforms", "engines", "handlers", "losses", "gradients", "networks", "diagnose"},
-    "diagnose": {"data", "transforms", "engines", "handlers", "losses", "gradients", "networks"},
+    "probe": {"data", "transforms", "networks"},
+    "benchmark": {"data", "transforms", "engines", "handlers", "losses", "gradients", "networks", "diagnose", "probe"},
+    "diagnose": {"data", "transforms", "engines", "handlers", "losses", "gradients", "networks", "probe"},
     "": {"losses", "gradients", "networks"},  # gcl_monai/__init__.py: the public API
 }
 

@@ -21,6 +21,7 @@ __all__ = [
     "Experiment",
     "FinetuneCell",
     "PretrainCell",
+    "pretrain_name",
 ]
 
 #: dataset id -> (bundle folder, dataset sub-folder of the data root; None: the bundle generates its data).
@@ -118,27 +119,41 @@ class Experiment:
 @dataclass
 class PretrainCell:
     """
-    The pre-training of one method (shared by all its fine-tuning cells): a run of the bundle's ``pretrain.json``,
-    or, for a supervised pre-training, of its ``train.json`` whose model's encoder is then exported.
+    The pre-training of one method with one seed (shared by all its fine-tuning cells): a run of the bundle's
+    ``pretrain.json``, or, for a supervised pre-training, of its ``train.json`` whose model's encoder is then exported.
+    Seed 0 keeps the method's own folder name (the experiments run before pre-training seeds existed); seed s > 0 is
+    ``<method>_p<s>``.
     """
 
     method: str
     bundle: Path
     overrides: dict[str, Any]
     config: str = "pretrain"
+    seed: int = 0
+
+    @property
+    def name(self) -> str:
+        """The run's name: its folder under ``pretrain/`` and its key in ``plan.json``."""
+        return pretrain_name(self.method, self.seed)
 
     @property
     def folder(self) -> Path:
-        return Path(self.overrides["work_dir"]) / "pretrain" / self.method
+        return Path(self.overrides["work_dir"]) / "pretrain" / self.name
 
     @property
     def label(self) -> str:
-        return f"pretrain {self.method}"
+        return f"pretrain {self.name}"
+
+
+def pretrain_name(method: str, seed: int) -> str:
+    """The name of a method's pre-training with ``seed``: the method for seed 0, ``<method>_p<seed>`` else."""
+    return method if seed == 0 else f"{method}_p{seed}"
 
 
 @dataclass
 class FinetuneCell:
-    """One fine-tuning run (method, L, labelled draw, seed) and its evaluations, one per test set."""
+    """One fine-tuning run (method, L, labelled draw, seed, pre-training seed) and its evaluations, one per test
+    set; ``pretrain_seed`` is None for a method without pre-training."""
 
     method: str
     num_labeled: int
@@ -149,6 +164,7 @@ class FinetuneCell:
     train_overrides: dict[str, Any]
     eval_overrides: dict[str, dict[str, Any]]
     pretrain: PretrainCell | None
+    pretrain_seed: int | None = None
 
     @property
     def folder(self) -> Path:

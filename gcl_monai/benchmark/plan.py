@@ -22,6 +22,7 @@ from gcl_monai.benchmark.experiment import (
     Experiment,
     FinetuneCell,
     PretrainCell,
+    pretrain_name,
 )
 from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS, UnsupportedMethod, preset_cuts
 from gcl_monai.benchmark.settings import PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, recorded_changes
@@ -51,87 +52,106 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
     preset = experiment.preset
     source_bundle = experiment.bundle(experiment.source)
     dataset_meta = bundle_config(source_bundle, "pretrain")["meta_labels"]
-    pretrain: dict[str, PretrainCell] = {}
+    pretrain: dict[tuple[str, int], PretrainCell] = {}
     methods = []
     for name in preset.methods:
         owner = METHODS[name].pretrain_method
-        if owner is not None and owner not in pretrain and METHODS[owner].supervised_pretraining:
-            pretrain[owner] = _supervised_pretrain_cell(experiment, owner)
-        elif owner is not None and owner not in pretrain:
-            try:
-                method_overrides = METHODS[owner].pretrain_overrides(dataset_meta)
-            except UnsupportedMethod as error:
-                logger.warning("Leaving out %s: %s", name, error)
-                continue
-            overrides = {**experiment.overrides(experiment.source), **preset.pretrain, **method_overrides}
-            pretrain[owner] = PretrainCell(owner, source_bundle, overrides)
+        if owner is not None and (owner, preset.pretrain_seeds[0]) not in pretrain:
+            if METHODS[owner].supervised_pretraining:
+                cells = [_supervised_pretrain_cell(experiment, owner, seed) for seed in preset.pretrain_seeds]
+            else:
+                try:
+                    method_overrides = METHODS[owner].pretrain_overrides(dataset_meta)
+                except UnsupportedMethod as error:
+                    logger.warning("Leaving out %s: %s", name, error)
+                    continue
+                overrides = {**experiment.overrides(experiment.source), **preset.pretrain, **method_overrides}
+                cells = [_seeded(PretrainCell(owner, source_bundle, overrides), seed) for seed in preset.pretrain_seeds]
+            pretrain.update(((owner, cell.seed), cell) for cell in cells)
         methods.append(name)
 
-    bundle = experiment.bundle(experiment.data)
-    finetune = dict(preset.finetune)
-    # the evaluation builds the network and the preprocessing the training had: every training override that
-    # evaluate.json also reads (e.g. ``norm``, ``fov_shape`` given with --finetune-set) goes to it as well
-    evaluate_keys = set(bundle_config(bundle, "evaluate"))
-    external = f"$gcl_monai.data.load_datalist({str(experiment.test_root)!r}, dataset=@dataset)"
     finetune_cells = []
     for name in methods:
         method = METHODS[name]
         owner = method.pretrain_method
         for num_labeled in (ALL_LABELLED,) if method.fully_supervised else preset.num_labeled:
-            shown = "all" if num_labeled == ALL_LABELLED else num_labeled
-            for draw in range(preset.repeats):
-                for k in range(preset.seeds_per_draw):
-                    # one seed per repeat: repeats differ even when the pool allows a single labelled subset
-                    seed = repeat = draw * preset.seeds_per_draw + k
-                    folder = experiment.folder / "finetune" / f"{name}_L{shown}_d{draw}_s{seed}"
-                    train = {
-                        **experiment.overrides(experiment.data),
-                        **finetune,
-                        **method.finetune_overrides(),
-                        "init": owner or "random",
-                        "num_labeled": num_labeled,
-                        "draw": draw,
-                        "seed": seed,
-                        "output_dir": str(folder),
-                        "ckpt_dir": str(folder / "models"),
-                    }
-                    if owner is not None:
-                        train["pretrained_path"] = str(pretrain[owner].folder / "encoder.pt")
-                    evaluate = {
-                        **{k: v for k, v in train.items() if k in evaluate_keys},
-                        "ckpt_path": str(folder / "models" / "model.pt"),
-                        "eval_dir": str(folder / "eval"),
-                    }
-                    evals = {INTERNAL_TEST: evaluate}
-                    if experiment.test_root is not None:
-                        external_eval = {"eval_dir": str(folder / "eval_external"), "test_data": external}
-                        evals[EXTERNAL_TEST] = {**evaluate, **external_eval}
-                    if experiment.input_grid:
-                        for test_set, split in INPUT_GRID_SETS.items():
-                            input_eval = {"dice_grid": "input", "test_split": split, "eval_dir": str(folder / test_set)}
-                            evals[test_set] = {**evaluate, **input_eval}
-                    finetune_cells.append(
-                        FinetuneCell(
-                            method=name,
-                            num_labeled=num_labeled,
-                            draw=draw,
-                            seed=seed,
-                            repeat=repeat,
-                            bundle=bundle,
-                            train_overrides=train,
-                            eval_overrides=evals,
-                            pretrain=pretrain[owner] if owner else None,
-                        )
-                    )
+            for pretrain_seed in preset.pretrain_seeds if owner else (None,):
+                source = pretrain[(owner, pretrain_seed)] if owner else None
+                for draw in range(preset.repeats):
+                    for k in range(preset.seeds_per_draw):
+                        finetune_cells.append(_finetune_cell(experiment, name, num_labeled, draw, k, source))
     return list(pretrain.values()), finetune_cells
 
 
-def _supervised_pretrain_cell(experiment: Experiment, name: str) -> PretrainCell:
+def _seeded(cell: PretrainCell, seed: int) -> PretrainCell:
+    """``cell`` with pre-training seed ``seed`` (seed 0: the bundle's default seed and folder, unchanged overrides)."""
+    overrides = cell.overrides if seed == 0 else {**cell.overrides, "seed": seed, "method": pretrain_name(cell.method, seed)}
+    return dataclasses.replace(cell, overrides=overrides, seed=seed)
+
+
+def _finetune_cell(
+    experiment: Experiment, name: str, num_labeled: int, draw: int, k: int, pretrain: PretrainCell | None
+) -> FinetuneCell:
+    """
+    The fine-tuning of method ``name`` at ``num_labeled`` on labelled draw ``draw`` with the draw's ``k``-th seed,
+    from ``pretrain``'s encoder (None: random initialisation). One seed per repeat: repeats differ even when the
+    pool allows a single labelled subset. A pre-training seed s > 0 adds ``_p<s>`` to the folder.
+    """
+    preset, method = experiment.preset, METHODS[name]
+    bundle = experiment.bundle(experiment.data)
+    seed = repeat = draw * preset.seeds_per_draw + k
+    shown = "all" if num_labeled == ALL_LABELLED else num_labeled
+    suffix = f"_p{pretrain.seed}" if pretrain is not None and pretrain.seed else ""
+    folder = experiment.folder / "finetune" / f"{name}_L{shown}_d{draw}_s{seed}{suffix}"
+    train = {
+        **experiment.overrides(experiment.data),
+        **preset.finetune,
+        **method.finetune_overrides(),
+        "init": method.pretrain_method or "random",
+        "num_labeled": num_labeled,
+        "draw": draw,
+        "seed": seed,
+        "output_dir": str(folder),
+        "ckpt_dir": str(folder / "models"),
+    }
+    if pretrain is not None:
+        train["pretrained_path"] = str(pretrain.folder / "encoder.pt")
+    # the evaluation builds the network and the preprocessing the training had: every training override that
+    # evaluate.json also reads (e.g. ``norm``, ``fov_shape`` given with --finetune-set) goes to it as well
+    evaluate_keys = set(bundle_config(bundle, "evaluate"))
+    evaluate = {
+        **{key: v for key, v in train.items() if key in evaluate_keys},
+        "ckpt_path": str(folder / "models" / "model.pt"),
+        "eval_dir": str(folder / "eval"),
+    }
+    evals = {INTERNAL_TEST: evaluate}
+    if experiment.test_root is not None:
+        external = f"$gcl_monai.data.load_datalist({str(experiment.test_root)!r}, dataset=@dataset)"
+        evals[EXTERNAL_TEST] = {**evaluate, "eval_dir": str(folder / "eval_external"), "test_data": external}
+    if experiment.input_grid:
+        for test_set, split in INPUT_GRID_SETS.items():
+            evals[test_set] = {**evaluate, "dice_grid": "input", "test_split": split, "eval_dir": str(folder / test_set)}
+    return FinetuneCell(
+        method=name,
+        num_labeled=num_labeled,
+        draw=draw,
+        seed=seed,
+        repeat=repeat,
+        bundle=bundle,
+        train_overrides=train,
+        eval_overrides=evals,
+        pretrain=pretrain,
+        pretrain_seed=None if pretrain is None else pretrain.seed,
+    )
+
+
+def _supervised_pretrain_cell(experiment: Experiment, name: str, seed: int = 0) -> PretrainCell:
     """
     A supervised pre-training: ``train.json`` of the pre-training dataset with every training patient labelled and
-    the preset's fine-tuning settings (the fully supervised row's training, with a fixed seed), from random weights.
+    the preset's fine-tuning settings (the fully supervised row's training, with the pre-training seed), from random
+    weights.
     """
-    folder = experiment.folder / "pretrain" / name  # PretrainCell.folder
+    folder = experiment.folder / "pretrain" / pretrain_name(name, seed)  # PretrainCell.folder
     overrides = {
         **experiment.overrides(experiment.source),
         **experiment.preset.finetune,
@@ -139,11 +159,11 @@ def _supervised_pretrain_cell(experiment: Experiment, name: str) -> PretrainCell
         "init": "random",
         "num_labeled": ALL_LABELLED,
         "draw": 0,
-        "seed": 0,
+        "seed": seed,
         "output_dir": str(folder),
         "ckpt_dir": str(folder / "models"),
     }
-    return PretrainCell(name, experiment.bundle(experiment.source), overrides, config="train")
+    return PretrainCell(name, experiment.bundle(experiment.source), overrides, config="train", seed=seed)
 
 
 def execution_order(pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> list[PretrainCell | FinetuneCell]:
@@ -261,7 +281,7 @@ def write_plan(experiment: Experiment, pretrain: list[PretrainCell], finetune: l
         "methods": list(dict.fromkeys(c.method for c in finetune)),
         "labels": {m: METHODS[m].label for m in experiment.preset.methods},
         "pretrain": {
-            c.method: {"bundle": str(c.bundle), "config": c.config, "overrides": c.overrides} for c in pretrain
+            c.name: {"bundle": str(c.bundle), "config": c.config, "overrides": c.overrides} for c in pretrain
         },
     }
     path = experiment.folder / "plan.json"

@@ -187,6 +187,8 @@ class Preset:
         num_labeled: the values of L (labelled patients).
         repeats: labelled draws (different labelled subsets, the same for every method).
         seeds_per_draw: fine-tuning seeds per draw.
+        pretrain_seeds: the seeds of each method's pre-training (every pre-trained method is fine-tuned from each of
+            them on the same draws): the spread of a method over its pre-training runs, not of one encoder.
         common, pretrain, finetune: bundle overrides.
         device: torch device string, None for the bundles' default (CUDA when available).
     """
@@ -196,6 +198,7 @@ class Preset:
     num_labeled: tuple[int, ...]
     repeats: int
     seeds_per_draw: int = 1
+    pretrain_seeds: tuple[int, ...] = (0,)
     common: Mapping[str, Any] = field(default_factory=dict)
     pretrain: Mapping[str, Any] = field(default_factory=dict)
     finetune: Mapping[str, Any] = field(default_factory=dict)

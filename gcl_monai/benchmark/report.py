@@ -118,12 +118,25 @@ def _select(rows: Iterable[Mapping[str, Any]], method: str, num_labeled: int, te
     return [r for r in rows if r["method"] == method and r["num_labeled"] == num_labeled and r["test_set"] == test_set]
 
 
+def _by_repeat(rows: Iterable[Mapping[str, Any]], key: str) -> dict[tuple[int, int], float]:
+    """``(draw, seed) -> value`` of the finished rows, averaged over a method's pre-training seeds."""
+    values: dict[tuple[int, int], list[float]] = {}
+    for r in rows:
+        if finished_row(r):
+            values.setdefault((r["draw"], r["seed"]), []).append(r[key])
+    return {k: float(np.mean(v)) for k, v in values.items()}
+
+
 def paired_values(
     rows: Sequence[Mapping[str, Any]], method: str, baseline: str, num_labeled: int, test_set: str, key: str = "dice"
 ) -> tuple[list[float], list[float]]:
-    """Values of ``method`` and ``baseline`` on the (draw, seed) pairs where both finished (``status`` ok)."""
-    ours = {(r["draw"], r["seed"]): r[key] for r in _select(rows, method, num_labeled, test_set) if finished_row(r)}
-    theirs = {(r["draw"], r["seed"]): r[key] for r in _select(rows, baseline, num_labeled, test_set) if finished_row(r)}
+    """
+    Values of ``method`` and ``baseline`` on the (draw, seed) pairs where both finished (``status`` ok); a method
+    pre-trained with several seeds gives the mean over them on each pair, so these pairs carry no variance of the
+    pre-training seed: :py:mod:`gcl_monai.benchmark.intervals` gives the interval that does.
+    """
+    ours = _by_repeat(_select(rows, method, num_labeled, test_set), key)
+    theirs = _by_repeat(_select(rows, baseline, num_labeled, test_set), key)
     keys = sorted(set(ours) & set(theirs))
     return [ours[k] for k in keys], [theirs[k] for k in keys]
 

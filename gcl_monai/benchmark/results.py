@@ -51,6 +51,7 @@ def collect_rows(experiment: Experiment, finetune: list[FinetuneCell]) -> list[d
                 "repeat": cell.repeat,
                 "draw": cell.draw,
                 "seed": cell.seed,
+                "pretrain_seed": "" if cell.pretrain_seed is None else cell.pretrain_seed,
                 "test_set": test_set,
                 "dice": summary.get("dice", math.nan),
                 **{f"dice_{k}": v for k, v in summary.get("dice_per_class", {}).items()},

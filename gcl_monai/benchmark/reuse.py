@@ -67,32 +67,32 @@ def _settings(overrides: dict[str, Any]) -> dict[str, Any]:
 
 def find_reusable(cell: PretrainCell, source: Path) -> tuple[PretrainCell | None, str]:
     """
-    The finished pre-training of ``cell.method`` in the experiment folder ``source`` if it is the same run as
+    The finished pre-training of ``cell.name`` (method and seed) in the experiment folder ``source`` if it is the same run as
     ``cell`` (else None), and the reason in words.
     """
     plan_path = Path(source) / "plan.json"
     if not plan_path.exists():
         return None, f"{source} holds no plan.json"
-    stored = json.loads(plan_path.read_text()).get("pretrain", {}).get(cell.method)
+    stored = json.loads(plan_path.read_text()).get("pretrain", {}).get(cell.name)
     if stored is None:
-        return None, f"{source} has no pre-training of {cell.method}"
+        return None, f"{source} has no pre-training of {cell.name}"
     # the stored folders are those of the run; the experiment folder may have moved since
     folders = {"work_dir": str(source), "split_file": str(Path(source) / Path(stored["overrides"]["split_file"]).name)}
     other = PretrainCell(cell.method, Path(stored["bundle"]), {**stored["overrides"], **folders},
-                         stored.get("config", "pretrain"))
+                         stored.get("config", "pretrain"), cell.seed)
     if other.config != cell.config:
-        return None, f"{source}'s pre-training of {cell.method} ran {other.config}.json, not {cell.config}.json"
+        return None, f"{source}'s pre-training of {cell.name} ran {other.config}.json, not {cell.config}.json"
     if differ := changed_settings(_settings(other.overrides), _settings(cell.overrides)):
-        return None, f"{source}'s pre-training of {cell.method} has other settings ({', '.join(differ)})"
+        return None, f"{source}'s pre-training of {cell.name} has other settings ({', '.join(differ)})"
     if not Path(other.overrides["split_file"]).exists():
         return None, f"{source} holds no {Path(other.overrides['split_file']).name}"
     if not same_split(Path(other.overrides["split_file"]), Path(cell.overrides["split_file"])):
         return None, f"{source} split the patients differently"
     if not pretrain_done(other):
-        return None, f"{source}'s pre-training of {cell.method} has not finished"
+        return None, f"{source}'s pre-training of {cell.name} has not finished"
     status = read_status(other.folder)
     if differ := [k for k, _, _ in recorded_changes(status, cell).get(SETTINGS_KEY, ())]:
-        return None, f"{source}'s pre-training of {cell.method} ran with other bundle settings ({', '.join(differ)})"
+        return None, f"{source}'s pre-training of {cell.name} ran with other bundle settings ({', '.join(differ)})"
     return other, f"the same pre-training ({status['status']}) in {source}"
 
 
@@ -190,9 +190,9 @@ def find_reusable_finetuning(cell: FinetuneCell, source: Path) -> tuple[Path | N
     elif differ := changed_settings(_legacy_finetune_settings(cell, source), _settings(cell.train_overrides)):
         return None, f"{source}'s {cell.folder.name} ran with other overrides ({', '.join(differ)})"
     if cell.pretrain is not None:
-        theirs, encoder = source / "pretrain" / cell.pretrain.method / "encoder.pt", cell.pretrain.folder / "encoder.pt"
+        theirs, encoder = source / "pretrain" / cell.pretrain.name / "encoder.pt", cell.pretrain.folder / "encoder.pt"
         if not (theirs.exists() and encoder.exists() and filecmp.cmp(theirs, encoder, shallow=False)):
-            return None, f"{source}'s {cell.pretrain.method} encoder is not the one this experiment loads"
+            return None, f"{source}'s {cell.pretrain.name} encoder is not the one this experiment loads"
         if differ := changes.get(PRETRAIN_SETTINGS_KEY):
             changed = ", ".join(differ)
             return None, f"{source}'s {cell.folder.name} loaded a pre-training with other settings ({changed})"

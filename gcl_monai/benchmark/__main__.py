@@ -6,6 +6,7 @@ Command line of the benchmark harness::
     python -m gcl_monai.benchmark tsne --name cpu-ablation_acdc --methods simclr multi_meta multi_meta_mitigator
     python -m gcl_monai.benchmark report --name cpu-mini_acdc
     python -m gcl_monai.benchmark compare --names cpu-semi_acdc cpu-semi-w10_acdc --baseline random
+    python -m gcl_monai.benchmark protocol --name cpu-protocol_acdc
 """
 
 from __future__ import annotations
@@ -287,12 +288,31 @@ def main_compare(argv: Sequence[str]) -> int:
     return 0
 
 
+def main_protocol(argv: Sequence[str]) -> int:
+    from gcl_monai.benchmark.protocol import analyse, write_analysis
+
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} protocol",
+        description="The pre-registered analysis of docs/protocol.md on an experiment's results.csv: the primary "
+        "endpoint and the secondary comparisons, seed-aware 95%% intervals, Holm within each family.",
+    )
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    args = parser.parse_args(argv)
+    results_csv = args.results_dir / args.name / "results.csv"
+    if not results_csv.exists():
+        parser.error(f"{results_csv} does not exist: run the experiment first.")
+    _, md = write_analysis(analyse(read_results(results_csv)), results_csv.parent)
+    print(md.read_text())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s - %(name)s - %(levelname)s - %(message)s", stream=sys.stdout
     )
-    commands = {"tsne": main_tsne, "report": main_report, "compare": main_compare}
+    commands = {"tsne": main_tsne, "report": main_report, "compare": main_compare, "protocol": main_protocol}
     if argv and argv[0] in commands:
         return commands[argv[0]](argv[1:])
     return main_run(argv)

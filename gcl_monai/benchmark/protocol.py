@@ -1,0 +1,125 @@
+"""
+The pre-registered analysis of docs/protocol.md: the primary endpoint and the secondary comparisons of an
+experiment's ``results.csv``, each a seed-aware interval (:py:mod:`gcl_monai.benchmark.intervals`), each family
+Holm-corrected; "resolved" only for what survives the correction.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gcl_monai.benchmark.intervals import SeedAwareDifference, holm, seed_aware_difference
+from gcl_monai.benchmark.report import finished_row, markdown_table
+
+__all__ = ["Comparison", "PROTOCOL_COMPARISONS", "analyse", "difference_table", "write_analysis"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``method - baseline`` at ``num_labeled`` on ``test_set``, in the ``primary`` or ``secondary`` family."""
+
+    method: str
+    baseline: str
+    num_labeled: int
+    family: str = "secondary"
+    test_set: str = "test"
+
+
+#: docs/protocol.md: the primary endpoint at L = 2, the rest secondary (one Holm family each)
+PROTOCOL_COMPARISONS = (
+    Comparison("gcl", "random", 2, "primary"),
+    Comparison("gcl", "simclr", 2, "primary"),
+    Comparison("supervised_encoder", "random", 2),
+    Comparison("simclr", "random", 2),
+    Comparison("gcl", "random", 1),
+    Comparison("gcl", "simclr", 1),
+    Comparison("supervised_encoder", "random", 1),
+    Comparison("simclr", "random", 1),
+)
+
+
+def _values(rows: Sequence[Mapping[str, Any]], c: Comparison, method: str) -> dict[tuple[int | None, int], float]:
+    """``(pretrain seed or None, draw) -> Dice`` of the finished rows (one fine-tuning seed per draw)."""
+    out = {}
+    for r in rows:
+        if r["method"] == method and int(r["num_labeled"]) == c.num_labeled and r["test_set"] == c.test_set:
+            if finished_row(r):
+                seed = r.get("pretrain_seed", "")
+                out[(None if seed in ("", None) else int(seed), int(r["draw"]))] = float(r["dice"])
+    return out
+
+
+def difference_table(rows: Sequence[Mapping[str, Any]], c: Comparison) -> np.ndarray:
+    """
+    The S x D table of paired differences of ``c``: the method from pre-training seed s on draw d minus the baseline
+    on draw d (the baseline's own seed s when it has pre-training seeds too), over the seeds and draws where both
+    finished. Empty (0 x 0) when nothing pairs.
+    """
+    ours, theirs = _values(rows, c, c.method), _values(rows, c, c.baseline)
+    seeds = sorted({s for s, _ in ours}, key=lambda s: -1 if s is None else s)
+    draws = sorted({d for _, d in ours})
+
+    def baseline(seed, draw):
+        return theirs.get((seed, draw), theirs.get((None, draw), math.nan))
+
+    table = np.array([[ours.get((s, d), math.nan) - baseline(s, d) for d in draws] for s in seeds], dtype=float)
+    if table.size == 0:
+        return np.zeros((0, 0))
+    return table[:, np.isfinite(table).all(0)]  # draws complete for every seed
+
+
+def analyse(rows: Sequence[Mapping[str, Any]], comparisons: Sequence[Comparison] = PROTOCOL_COMPARISONS) -> list[dict]:
+    """One dict per comparison: the seed-aware difference, Holm-adjusted p within its family, ``resolved``."""
+    results = []
+    for c in comparisons:
+        table = difference_table(rows, c)
+        diff = seed_aware_difference(table) if table.shape[1] >= 2 else None
+        results.append({"comparison": c, "difference": diff})
+    for family in {c.family for c in comparisons}:
+        members = [r for r in results if r["comparison"].family == family and r["difference"] is not None
+                   and math.isfinite(r["difference"].p)]
+        if members:
+            reject, adjusted = holm([r["difference"].p for r in members])
+            for r, rej, adj in zip(members, reject, adjusted):
+                r.update(p_holm=adj, resolved=rej)
+    return results
+
+
+def _row(result: Mapping[str, Any]) -> dict[str, Any]:
+    c: Comparison = result["comparison"]
+    d: SeedAwareDifference | None = result["difference"]
+    base = {**asdict(c)}
+    if d is None:
+        return {**base, "mean": "", "low": "", "high": "", "p": "", "p_holm": "", "resolved": ""}
+    return {**base, **asdict(d), "p_holm": result.get("p_holm", ""), "resolved": result.get("resolved", "")}
+
+
+def write_analysis(results: Sequence[Mapping[str, Any]], folder: Path) -> tuple[Path, Path]:
+    """``protocol_analysis.csv`` (one row per comparison) and ``protocol_analysis.md`` in ``folder``."""
+    rows = [_row(r) for r in results]
+    csv_path = Path(folder) / "protocol_analysis.csv"
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)), restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    body = []
+    for r in results:
+        c, d = r["comparison"], r["difference"]
+        verdict = "–" if d is None else ("**resolved**" if r.get("resolved") else "not resolved")
+        holm_p = f"{r['p_holm']:.3g}" if "p_holm" in r else "–"
+        body.append([c.family, f"{c.method} − {c.baseline}", str(c.num_labeled), str(d) if d else "no pairs",
+                     holm_p, verdict])
+    lines = ["# Pre-registered analysis (docs/protocol.md)", "",
+             "Seed-aware 95 % intervals (two-way ANOVA over pre-training seeds x labelled draws, Satterthwaite df); "
+             "Holm within each family.", ""]
+    lines += markdown_table(["family", "comparison", "L", "difference", "Holm p", "verdict"], body)
+    md_path = Path(folder) / "protocol_analysis.md"
+    md_path.write_text("\n".join(lines) + "\n")
+    return csv_path, md_path

@@ -1,5 +1,6 @@
 """Diagnosis of a pre-training recipe: do the image-wise objectives train, collapse or stall?"""
 
+from .embeddings import alignment, embedding_rank, representation_measures, uniformity
 from .recorder import TrajectoryRecorder
 from .summary import DiagnosisSummary, summarise, write_diagnosis
 from .weights import effective_rank, encoder_weight_ranks
@@ -9,6 +10,10 @@ __all__ = [
     "DiagnosisSummary",
     "summarise",
     "write_diagnosis",
+    "alignment",
+    "embedding_rank",
+    "representation_measures",
+    "uniformity",
     "effective_rank",
     "encoder_weight_ranks",
 ]

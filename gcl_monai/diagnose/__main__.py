@@ -9,7 +9,8 @@ Runs the bundle's ``pretrain`` workflow (every ``--<key> <value>`` is a bundle o
 schedule of the configured epochs, from scratch (no resume), and writes into ``--output_dir``: ``report.md``
 (per meta label: image-wise and pixel-wise loss trajectories against chance ln(2B - 1), ``std/img``, the mean
 pairwise cosine of the image embeddings, GradMitigator's gradient cosines, EMA targets and how often it changed a
-gradient, and the verdict collapsed / stalled / training), ``summary.json``, ``trajectory.csv`` and ``curves.png``.
+gradient, the verdict collapsed / stalled / training, and the label-free measures of the representation at the end:
+effective rank, alignment and uniformity), ``summary.json``, ``trajectory.csv`` and ``curves.png``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from monai.bundle import ConfigWorkflow
 
+from gcl_monai.diagnose.embeddings import representation_measures
 from gcl_monai.diagnose.recorder import TrajectoryRecorder
 from gcl_monai.diagnose.summary import summarise, write_diagnosis
 from gcl_monai.handlers import RepresentationCollapse
@@ -83,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(recorder.rows, recorder.task_names, window_fraction=args.window, reference=reference)
     if stopped:
         summary.verdict = "collapsed (" + summary.verdict + ")"
+    summary.representation = representation_measures(trainer)
+    if "probe_dice" in trainer.state.metrics:  # the bundle's probe handler (--probe_interval N) ran
+        summary.representation["probe_dice"] = float(trainer.state.metrics["probe_dice"])
     header = (
         f"# Diagnosis: {args.config_file}\n\nOverrides: `{' '.join(extra) or 'none'}`\n\n{stopped}"
     )

@@ -43,6 +43,7 @@ class DiagnosisSummary:
     verdict: str = ""
     mean_drop: float = math.nan
     reference: dict[str, float] = field(default_factory=dict)
+    representation: dict[str, float] = field(default_factory=dict)
 
     def to_markdown(self) -> str:
         """The summary as markdown tables."""
@@ -71,6 +72,17 @@ class DiagnosisSummary:
                 f"Against the reference run: mean drop {self.reference['drop_ratio']:.2f}x, `std/img` "
                 f"{self.reference['std_ratio']:.2f}x."
             )
+        if self.representation:
+            r = self.representation
+            lines += [
+                "",
+                f"Representation at the end ({r['num_images']} images, two views; label-free): effective rank "
+                f"(RankMe) {r['rank/img']:.1f} of {r['dim/img']} (image-wise embeddings), {r['rank/features']:.1f} of "
+                f"{r['dim/features']} (pooled encoder output); alignment {r['alignment/img']:.3f} (0: views "
+                f"identical); uniformity {r['uniformity/img']:.3f} (0: collapsed, lower: more spread).",
+            ]
+            if "probe_dice" in r:
+                lines.append(f"Probe Dice at the last evaluation (gcl_monai.probe, cross-validated): {r['probe_dice']:.3f}.")
         if self.pairs:
             lines += [
                 "",

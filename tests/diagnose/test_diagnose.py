@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
-from gcl_monai.diagnose import summarise, write_diagnosis
+from gcl_monai.diagnose import alignment, embedding_rank, summarise, uniformity, write_diagnosis
 from gcl_monai.diagnose.__main__ import main, parse_overrides
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
@@ -93,6 +94,11 @@ def test_diagnose_end_to_end_on_the_phantom(tmp_path, capsys):
     assert set(summary["labels"]) == {"patient_id", "slice_quantile", "organ_state"}
     assert summary["chance"] == pytest.approx(math.log(7)) and len(summary["pairs"]) == 6
     assert "Verdict" in capsys.readouterr().out and (out / "curves.png").is_file()
+    rep = summary["representation"]
+    n = rep["num_images"]
+    assert n % 4 == 0 and 1 <= rep["rank/img"] <= min(n, rep["dim/img"]) and 1 <= rep["rank/features"] <= 16
+    assert 0 <= rep["alignment/img"] <= 4 and -4 <= rep["uniformity/img"] <= 0
+    assert "effective rank (RankMe)" in (out / "report.md").read_text()
 
 
 ACDC = Path(os.environ.get("GCL_DATA_ROOT", REPO.parent / "shared" / "data")) / "acdc"
@@ -147,3 +153,13 @@ def test_compare_runs(tmp_path):
     assert table[3].endswith("| stalled at chance: b |") and "b: " in table[3] and "a: 3.475 -> 3.075 ✓" in table[3]
     with pytest.raises(FileNotFoundError, match="missing"):
         comparison_table([tmp_path / "missing"])
+
+
+def test_label_free_measures_by_hand():
+    one_direction = torch.tensor([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]])
+    assert embedding_rank(one_direction) == pytest.approx(1.0, abs=1e-5)
+    assert embedding_rank(torch.eye(4)) == pytest.approx(4.0, rel=1e-5)
+    z = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    assert alignment(z, z) == 0.0 and alignment(z, -z) == pytest.approx(4.0)
+    # two orthogonal unit vectors: squared distance 2, log exp(-2 * 2) = -4; all identical: 0
+    assert uniformity(z) == pytest.approx(-4.0) and uniformity(torch.ones(5, 3)) == pytest.approx(0.0)

@@ -289,7 +289,9 @@ def main_compare(argv: Sequence[str]) -> int:
 
 
 def main_protocol(argv: Sequence[str]) -> int:
-    from gcl_monai.benchmark.protocol import analyse, write_analysis
+    import dataclasses
+
+    from gcl_monai.benchmark.protocol import PROTOCOL_COMPARISONS, analyse, write_analysis
 
     parser = argparse.ArgumentParser(
         prog=f"{PROG} protocol",
@@ -298,11 +300,14 @@ def main_protocol(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--name", required=True)
     parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    parser.add_argument("--test-set", default="test", help=f"the rows analysed (test; {VALIDATION_SET}: the "
+                        "validation patients' last validation Dice, stage B of the protocol)")
     args = parser.parse_args(argv)
     results_csv = args.results_dir / args.name / "results.csv"
     if not results_csv.exists():
         parser.error(f"{results_csv} does not exist: run the experiment first.")
-    _, md = write_analysis(analyse(read_results(results_csv)), results_csv.parent)
+    comparisons = [dataclasses.replace(c, test_set=args.test_set) for c in PROTOCOL_COMPARISONS]
+    _, md = write_analysis(analyse(read_results(results_csv), comparisons), results_csv.parent, args.test_set)
     print(md.read_text())
     return 0
 

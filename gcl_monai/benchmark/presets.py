@@ -270,16 +270,18 @@ CPU_ABLATION = CPU_MINI.replace(name="cpu-ablation", methods=PRETRAINING_METHODS
 CPU_SEMI = CPU_MINI.replace(name="cpu-semi", methods=SEMI_SUPERVISED_METHODS)
 PAPER_SEMI = PAPER.replace(name="paper-semi", methods=SEMI_SUPERVISED_METHODS)
 
-#: docs/protocol.md, pre-registered: GCL, SimCLR and the positive control (an encoder trained with the pre-training
-#: patients' labels) against random initialisation, 3 pre-training seeds each, 8 paired draws, L = 2 (primary) and 1,
-#: at the bundles' fine-tuning budget (1000 iterations) and recipe
+#: docs/protocol.md, pre-registered: GCL, SimCLR and the positive control (an encoder trained with the training
+#: patients' labels) against random initialisation, 3 pre-training seeds each, 8 paired draws from every training
+#: patient, L = 2 (primary) and 1, at the bundles' fine-tuning budget (1000 iterations) and recipe; 12 validation
+#: patients (stage B chooses on them), 20 test patients
 CPU_PROTOCOL = CPU_MINI.replace(
     name="cpu-protocol",
     methods=("random", "simclr", "gcl", "supervised_encoder"),
     num_labeled=(2, 1),
     repeats=8,
     pretrain_seeds=(0, 1, 2),
-    finetune={"epochs": 20, "iterations_per_epoch": 50, "val_interval": 1},
+    common={"num_pretrain": 40, "num_val": 12, "num_test": 20},
+    finetune={"epochs": 20, "iterations_per_epoch": 50, "val_interval": 5, "labeled_pool": "train+pretrain"},
 )
 
 PRESETS: dict[str, Preset] = {

@@ -101,10 +101,11 @@ def _row(result: Mapping[str, Any]) -> dict[str, Any]:
     return {**base, **asdict(d), "p_holm": result.get("p_holm", ""), "resolved": result.get("resolved", "")}
 
 
-def write_analysis(results: Sequence[Mapping[str, Any]], folder: Path) -> tuple[Path, Path]:
-    """``protocol_analysis.csv`` (one row per comparison) and ``protocol_analysis.md`` in ``folder``."""
+def write_analysis(results: Sequence[Mapping[str, Any]], folder: Path, test_set: str = "test") -> tuple[Path, Path]:
+    """``protocol_analysis[_<test_set>].csv`` (one row per comparison) and ``.md`` in ``folder``."""
     rows = [_row(r) for r in results]
-    csv_path = Path(folder) / "protocol_analysis.csv"
+    stem = "protocol_analysis" if test_set == "test" else f"protocol_analysis_{test_set}"
+    csv_path = Path(folder) / f"{stem}.csv"
     with csv_path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)), restval="")
         writer.writeheader()
@@ -116,10 +117,10 @@ def write_analysis(results: Sequence[Mapping[str, Any]], folder: Path) -> tuple[
         holm_p = f"{r['p_holm']:.3g}" if "p_holm" in r else "–"
         body.append([c.family, f"{c.method} − {c.baseline}", str(c.num_labeled), str(d) if d else "no pairs",
                      holm_p, verdict])
-    lines = ["# Pre-registered analysis (docs/protocol.md)", "",
+    lines = [f"# Pre-registered analysis (docs/protocol.md), `{test_set}` rows", "",
              "Seed-aware 95 % intervals (two-way ANOVA over pre-training seeds x labelled draws, Satterthwaite df); "
              "Holm within each family.", ""]
     lines += markdown_table(["family", "comparison", "L", "difference", "Holm p", "verdict"], body)
-    md_path = Path(folder) / "protocol_analysis.md"
+    md_path = Path(folder) / f"{stem}.md"
     md_path.write_text("\n".join(lines) + "\n")
     return csv_path, md_path

@@ -6,6 +6,7 @@ patients (for the final report).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -19,6 +20,8 @@ from gcl_monai.probe.features import BN_STATS, FrozenEncoder, recompute_batch_no
 from gcl_monai.probe.linear import ProbeVolume, fit_probe, score_probe
 
 __all__ = ["ProbeSettings", "evaluate_encoder", "summarise"]
+
+logger = logging.getLogger("gcl_monai.probe")
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,8 @@ def evaluate_encoder(
         scores += fold_scores
         folds.append({"fit_patients": fit_ids, "scored_patients": sorted({v.patient for v in score_volumes}),
                       **summarise(fold_scores, class_names)})
+        logger.info("Probe %d/%d: fitted on %d patients, %d volumes scored, Dice %.4f (%.0f s so far).", len(folds),
+                    len(splits), len(fit_ids), len(score_volumes), folds[-1]["dice"], time.time() - start)
     return {
         **summarise(scores, class_names),
         "volumes": scores,

@@ -44,13 +44,13 @@ def import_pydicom():
 
 def _json_value(value: Any) -> Any:
     """A header value as JSON: numbers stay numbers, multi-values become lists, the rest strings."""
-    if value is None or isinstance(value, (bool, int, float)):
+    if value is None or isinstance(value, bool):
         return value
+    for cast in (int, float):
+        if isinstance(value, cast):  # pydicom's IS/DS are int/float subclasses: plain numbers, as read from the cache
+            return cast(value)
     if isinstance(value, (list, tuple)) or type(value).__name__ == "MultiValue":
         return [_json_value(v) for v in value]
-    for cast in (int, float):
-        if isinstance(value, cast):  # pydicom's IS/DS are int/float subclasses
-            return cast(value)
     return str(value)
 
 

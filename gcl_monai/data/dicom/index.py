@@ -159,12 +159,13 @@ def _phases(files: list[str], headers: dict[str, dict], position: dict[str, floa
     return phase, [float(m) for m in medians]
 
 
-def _stack_volumes(files: list[str], headers: dict[str, dict]) -> list[DicomVolume]:
-    """The volumes of one stack (same patient, study and orientation), one per cardiac phase.
+def _stack_volumes(files: list[str], headers: dict[str, dict]) -> tuple[list[DicomVolume], list[Skipped]]:
+    """The volumes of one stack (same patient, study and orientation), one per cardiac phase, and the phases left out
+    for a missing slice.
 
     Raises:
-        ValueError: naming the inconsistency: mixed matrix size or pixel spacing, duplicate positions, a slice missing
-            in one phase, or a gap in the slice positions.
+        ValueError: naming the inconsistency that spoils the whole stack: mixed matrix size or pixel spacing,
+            duplicate positions, or a gap in the slice positions of every phase.
     """
     for key in ("Rows", "Columns", "PixelSpacing"):
         values = {json.dumps(headers[f][key]) for f in files}
@@ -187,21 +188,22 @@ def _stack_volumes(files: list[str], headers: dict[str, dict]) -> list[DicomVolu
         raise ValueError(f"missing slice(s): gap of {gaps[i]:.2f} mm between {levels[i]:.2f} and {levels[i + 1]:.2f} "
                          f"mm along the normal, where slices are {median:.2f} mm apart")
     phase, trigger_times = _phases(files, headers, position)
-    volumes = []
+    volumes, skipped = [], []
     for t in sorted(set(phase.values())):
         members = sorted((f for f in files if phase[f] == t), key=lambda f: position[f])
         lacking = sorted(set(levels) - {position[f] for f in members})
         if lacking:
             when = f" at trigger time {trigger_times[t]:.0f} ms" if trigger_times else ""
-            raise ValueError(f"slice missing at {lacking[0]:.2f} mm along the normal{when} "
-                             f"({len(members)} of {len(levels)} positions present)")
+            skipped.append(_skip(f"slice missing at {lacking[0]:.2f} mm along the normal{when} ({len(members)} of "
+                                 f"{len(levels)} positions present)", members, headers))
+            continue
         triggers = [headers[f].get("TriggerTime") for f in members]
         volumes.append(DicomVolume(
             files=members, positions=[raw[f] for f in members], headers=[headers[f] for f in members],
             trigger_time=float(np.mean(triggers)) if trigger_times else None, phase=t if trigger_times else None,
             stack_trigger_times=trigger_times,
         ))
-    return volumes
+    return volumes, skipped
 
 
 def index_dicom(
@@ -260,15 +262,18 @@ def index_dicom(
     volumes = []
     for files in stacks:
         try:
-            volumes.extend(_stack_volumes(files, headers))
+            found, incomplete = _stack_volumes(files, headers)
         except ValueError as error:
             skipped.append(_skip(str(error), files, headers))
+            continue
+        volumes.extend(found)
+        skipped.extend(incomplete)
     volumes.sort(key=lambda v: (v.patient, v.files[0]))
     merged: dict[tuple, Skipped] = {}
     for s in skipped:  # one entry per series and reason (the lone slices of a series of different orientations)
         key = (s.reason, tuple(s.series)) if s.series else (s.reason, tuple(s.files))
         merged.setdefault(key, Skipped(s.reason, [], s.series)).files.extend(s.files)
-    skipped = sorted(merged.values(), key=lambda s: s.files[0])
+    skipped = sorted((Skipped(s.reason, sorted(s.files), s.series) for s in merged.values()), key=lambda s: s.files[0])
     for s in skipped:
         logger.warning("DICOM: skipping %s", s)
     return DicomIndex(str(root), volumes, skipped, non_dicom)

@@ -88,19 +88,20 @@ class SelectChanneld(MapTransform):
         return d
 
 
-def nifti_h5_loader(keys: KeysCollection) -> LoadImaged:
+def _volume_loader(keys: KeysCollection) -> LoadImaged:
     """
     ``LoadImaged`` (float32, image only) for the volumes of a datalist, NIfTI or HDF5 (a DICOM archive is converted
-    to NIfTI first): ``NibabelReader`` named, :class:`H5Reader` registered last (tried first, only on ``.h5``/``.hdf5``
-    suffixes).
+    to NIfTI first), the reader chosen by suffix: ``NibabelReader`` and :class:`H5Reader` registered last (tried
+    first, each only on its suffixes), then MONAI's default readers.
 
-    MONAI's ``LoadImage`` also constructs each of its default readers; with pydicom installed its
+    MONAI's ``LoadImage`` constructs each of its default readers, even when one is named; with pydicom installed its
     ``NvImgCodecPydicomReader`` warns at every construction that the nvImageCodec plugin did not register, which is
     irrelevant to NIfTI and HDF5: that one warning is silenced while the loader is built, no other.
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="NvImgCodecPydicomReader", category=UserWarning)
-        loader = LoadImaged(keys=keys, reader=NibabelReader(), image_only=True, dtype=np.float32)
+        loader = LoadImaged(keys=keys, image_only=True, dtype=np.float32)
+    loader.register(NibabelReader())
     loader.register(H5Reader())
     return loader
 
@@ -133,7 +134,7 @@ def _volume_steps(
     """
     if intensity not in INTENSITY_MODES:
         raise ValueError(f"intensity must be one of {INTENSITY_MODES}, got {intensity!r}.")
-    loader = nifti_h5_loader(keys)
+    loader = _volume_loader(keys)
     steps: list = [loader, EnsureChannelFirstd(keys=keys), SelectChanneld(keys="image")]
     if "label" in keys and label_map is not None:
         orig, target = _label_map_lists(label_map)

@@ -135,7 +135,9 @@ def write_phantom_dicom(
         study = _uid(seed, name, "study")
         origin = np.array([-0.5 * spacing[0] * image_size[0], -0.5 * spacing[1] * image_size[1], 40.0])
         patient = {
-            "PatientID": name, "PatientName": f"Phantom^{name}", "StudyInstanceUID": study,
+            "PatientID": name, "PatientName": f"Phantom^{name}", "PatientBirthDate": "", "PatientSex": "O",
+            "StudyInstanceUID": study, "StudyID": f"{i + 1}", "StudyTime": "120000", "AccessionNumber": "",
+            "ReferringPhysicianName": "",
             "FrameOfReferenceUID": _uid(seed, name, "frame of reference"), "StudyDate": "20260101",
             "AcquisitionDate": "20260101", "Manufacturer": "GCL", "ManufacturerModelName": model,
             "MagneticFieldStrength": _ds(field), "InstitutionName": site, "SeriesDescription": "cine SA",

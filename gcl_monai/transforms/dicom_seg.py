@@ -110,10 +110,18 @@ def write_dicom_seg(
         )
         for number, name in enumerate(class_names, start=1)
     ]
-    one_series = len({ds.SeriesInstanceUID for ds in datasets}) == 1  # highdicom's source images: one series
+    # highdicom's source images are one series; the slices of a volume stacked across series are referenced as
+    # further source images, with their plane positions given
+    geometry = {}
+    if len({ds.SeriesInstanceUID for ds in datasets}) > 1:
+        geometry = {
+            "further_source_images": datasets[1:],
+            "plane_positions": [hd.PlanePositionSequence("PATIENT", ds.ImagePositionPatient) for ds in datasets],
+            "plane_orientation": hd.PlaneOrientationSequence("PATIENT", datasets[0].ImageOrientationPatient),
+            "pixel_measures": hd.PixelMeasuresSequence(datasets[0].PixelSpacing, datasets[0].get("SliceThickness")),
+        }
     seg = hd.seg.Segmentation(
-        source_images=datasets if one_series else datasets[:1],
-        further_source_images=None if one_series else datasets[1:],
+        source_images=datasets[:1] if geometry else datasets,
         pixel_array=mask,
         segmentation_type=hd.seg.SegmentationTypeValues.BINARY,
         segment_descriptions=segments,
@@ -125,9 +133,7 @@ def write_dicom_seg(
         manufacturer_model_name=algorithm,
         software_versions=_version(),
         device_serial_number="0",
-        plane_positions=[hd.PlanePositionSequence("PATIENT", ds.ImagePositionPatient) for ds in datasets],
-        plane_orientation=hd.PlaneOrientationSequence("PATIENT", datasets[0].ImageOrientationPatient),
-        pixel_measures=hd.PixelMeasuresSequence(datasets[0].PixelSpacing, datasets[0].get("SliceThickness")),
+        **geometry,
     )
     output_path = Path(output_path)
     output_path.parent.mkdir(parents=True, exist_ok=True)

@@ -88,8 +88,8 @@ def volume_meta(
         salt: salt of the hash (keep it secret to keep the pseudonyms unlinkable).
 
     Returns:
-        ``patient``, ``dataset="dicom"``, ``num_slices``, ``trigger_time`` (ms or None), ``series`` (UIDs, unless
-        hashed); when either is asked for, ``cardiac_phase`` (bin) and ``end_diastole`` (1 for the earliest phase of
+        ``patient``, ``dataset="dicom"``, ``num_slices``, ``trigger_time`` (ms, for a cine), ``series`` (its
+        SeriesInstanceUIDs joined by ``", "``, unless hashed); when either is asked for, ``cardiac_phase`` (bin) and ``end_diastole`` (1 for the earliest phase of
         the stack, the frame at the R wave in ECG-triggered cine, else 0); each requested DICOM keyword.
 
     Raises:
@@ -101,10 +101,11 @@ def volume_meta(
         "patient": hash_patient(patient, salt) if hash_patient_id else patient,
         "dataset": "dicom",
         "num_slices": len(volume.files),
-        "trigger_time": volume.trigger_time,
     }
+    if volume.trigger_time is not None:  # every value is a scalar or a string: the slices' batches collate them
+        item["trigger_time"] = volume.trigger_time
     if not hash_patient_id:
-        item["series"] = volume.series
+        item["series"] = ", ".join(volume.series)
     if {"cardiac_phase", "end_diastole"} & set(meta_keys):
         rr = rr_interval(volume)
         item["cardiac_phase"] = cardiac_phase(volume.trigger_time, rr, phase_bins)

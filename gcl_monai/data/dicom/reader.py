@@ -85,7 +85,7 @@ def read_dicom(
 
     Returns:
         One entry per volume: ``image`` (NIfTI), ``patient``, ``patient_id``, ``dataset="dicom"``, ``num_slices``,
-        ``trigger_time``, ``series`` (unless hashed), the cardiac labels and the DICOM keyword labels.
+        ``trigger_time`` (cine), ``series`` (unless hashed), the cardiac labels and the DICOM keyword labels.
 
     Raises:
         FileNotFoundError: when ``root`` is not a folder.

@@ -94,7 +94,8 @@ def test_messy_archive_is_indexed_and_every_problem_named(tmp_path):
     ])
     by_file = {f: s for s in index.skipped for f in s.files}
     missing = by_file[str(es[0] if es[0] != lost else es[1])]
-    assert "slice missing at" in missing.reason and f"{num_slices[1] - 1} of {num_slices[1]} positions" in missing.reason
+    assert "slice missing at" in missing.reason
+    assert f"{num_slices[1] - 1} of {num_slices[1]} positions" in missing.reason
     assert missing.series == [pydicom.dcmread(es[0], stop_before_pixels=True).SeriesInstanceUID]
     assert by_file[str(root / "pt003" / "loc.dcm")].reason == "a single slice position: not a 3D volume"
     # the files renamed or moved are still in their volumes

@@ -233,7 +233,8 @@ def index_dicom(
     """
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"DICOM folder {str(root)!r} {'is not a folder' if root.exists() else 'does not exist'}.")
+        state = "is not a folder" if root.exists() else "does not exist"
+        raise FileNotFoundError(f"DICOM folder {str(root)!r} {state}.")
     headers, non_dicom = scan_headers(root, keywords, cache_file)
     skipped: list[Skipped] = []
     images: dict[str, list[str]] = defaultdict(list)

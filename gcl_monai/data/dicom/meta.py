@@ -81,16 +81,17 @@ def volume_meta(
 
     Args:
         volume: the indexed volume.
-        meta_keys: the meta labels wanted: ``cardiac_phase``/``end_diastole`` are computed when asked for (and when
-            the volume has a TriggerTime), DICOM keywords are copied from the first slice.
+        meta_keys: the meta labels wanted: ``cardiac_phase``/``end_diastole`` are computed when asked for, DICOM
+            keywords are copied from the first slice.
         phase_bins: number of cardiac phase bins over the RR interval.
         hash_patient_id: replace the PatientID by :func:`hash_patient` (and leave out the series UIDs).
         salt: salt of the hash (keep it secret to keep the pseudonyms unlinkable).
 
     Returns:
         ``patient``, ``dataset="dicom"``, ``num_slices``, ``trigger_time`` (ms, for a cine), ``series`` (its
-        SeriesInstanceUIDs joined by ``", "``, unless hashed); when either is asked for, ``cardiac_phase`` (bin) and ``end_diastole`` (1 for the earliest phase of
-        the stack, the frame at the R wave in ECG-triggered cine, else 0); each requested DICOM keyword.
+        SeriesInstanceUIDs joined by ``", "``, unless hashed); when either is asked for, ``cardiac_phase`` (bin)
+        and ``end_diastole`` (1 for the earliest phase of the stack, the frame at the R wave in ECG-triggered cine,
+        else 0); each requested DICOM keyword.
 
     Raises:
         ValueError: naming the tag and the series when a requested label cannot be read (see :func:`rr_interval`; a

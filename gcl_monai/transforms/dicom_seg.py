@@ -174,8 +174,9 @@ class SaveDicomSegd(MapTransform):
         """
         d = dict(data)
         for key in self.key_iterator(d):
-            source = Path(str(d[key].meta.get("filename_or_obj", "")))
-            if not source.is_dir():
+            name = getattr(d[key], "meta", {}).get("filename_or_obj")
+            source = Path(str(name)) if name else None
+            if source is None or not source.is_dir():
                 continue
             files = sorted(str(p) for p in source.iterdir() if p.is_file())
             path = write_dicom_seg(d[key], files, self.output_dir / f"{source.name}_{self.output_postfix}.dcm",

@@ -77,6 +77,8 @@ def test_seg_writer_leaves_nifti_cases_alone(tmp_path):
     label = MetaTensor(torch.zeros(1, 4, 4, 2), meta={"filename_or_obj": str(tmp_path / "case.nii.gz")})
     data = {"pred": label}
     assert SaveDicomSegd("pred", tmp_path / "out", ["a"])(data)["pred"] is label
+    unnamed = MetaTensor(torch.zeros(1, 4, 4, 2))  # no file name: not mistaken for the working folder
+    assert SaveDicomSegd("pred", tmp_path / "out", ["a"])({"pred": unnamed})["pred"] is unnamed
     assert not (tmp_path / "out").exists()
 
 

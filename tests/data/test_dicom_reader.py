@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import nibabel as nib
 import numpy as np
@@ -148,3 +149,17 @@ def test_dicom_datalist_flows_downstream_unchanged(archive, tmp_path, monkeypatc
     assert [int(s["slice_quantile"]) for s in slices] == sorted(int(s["slice_quantile"]) for s in slices)
     assert {int(s["cardiac_phase"]) for s in slices} == {datalist[0]["cardiac_phase"]}
     assert tuple(slices[0]["image"].shape) == (1, 16, 16)
+
+
+def test_a_stack_without_trigger_time_has_no_cardiac_phase(tmp_path):
+    from pydicom.data import get_testdata_file
+
+    small = get_testdata_file("CT_small.dcm")
+    ct5n = small and Path(small).parent / "dicomdirtests" / "98892001" / "CT5N"
+    if not ct5n or not ct5n.is_dir():
+        pytest.skip("pydicom's dicomdirtests archive is not installed with this pydicom")
+    (item,) = read_dicom(ct5n, ["patient_id", "slice_quantile"], tmp_path)
+    assert item["num_slices"] == 5 and "trigger_time" not in item and nib.load(item["image"]).shape == (16, 16, 5)
+    series = pydicom.dcmread(next(ct5n.iterdir()), stop_before_pixels=True).SeriesInstanceUID
+    with pytest.raises(DatalistError, match=f"TriggerTime \\(0018,1060\\) missing in series {series}: no cardiac"):
+        read_dicom(ct5n, ["patient_id", "cardiac_phase"], tmp_path, on_error="raise")

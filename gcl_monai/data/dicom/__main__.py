@@ -23,8 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="the datalist JSON file to write")
     parser.add_argument("--cache-dir", help="header cache and NIfTI volumes (default: $GCL_DICOM_CACHE or "
                                             "~/.cache/gcl_monai/dicom/<hash of DIR>)")
-    parser.add_argument("--meta-labels", nargs="*", default=["patient_id", "cardiac_phase", "end_diastole"],
-                        help="built-in labels (patient_id, cardiac_phase, end_diastole) and DICOM keywords")
+    parser.add_argument("--meta-labels", nargs="*", default=["patient_id"],
+                        help="built-in labels (patient_id; for cine: cardiac_phase, end_diastole) and DICOM keywords "
+                             "(default: patient_id)")
     parser.add_argument("--phase-bins", type=int, default=4, help="cardiac phase bins over the RR interval")
     parser.add_argument("--hash-patient-id", action="store_true", help="pseudonymise PatientID (sha256, salted)")
     parser.add_argument("--salt", default="", help="salt of the PatientID hash")

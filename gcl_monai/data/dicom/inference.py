@@ -53,8 +53,9 @@ def dicom_inference_cases(folder: str | Path, staging_dir: str | Path | None = N
         case_dir.mkdir(parents=True, exist_ok=True)
         for number, file in enumerate(volume.files):
             link = case_dir / f"{number:04d}.dcm"
-            if not link.is_symlink():
-                os.symlink(os.path.abspath(file), link)
+            if link.is_symlink():  # a case folder of an earlier run: its files may have moved since
+                link.unlink()
+            os.symlink(os.path.abspath(file), link)
         cases.append({"image": str(case_dir), "case": name})
     for skipped in index.skipped:
         if skipped.series:  # files that are not images at all (radiographs, DICOMDIR) are no cases

@@ -52,7 +52,7 @@ def default_cache_dir(root: str | Path) -> Path:
 
 def read_dicom(
     root: str | Path,
-    meta_keys: Sequence[str] | None = ("patient_id", "cardiac_phase"),
+    meta_keys: Sequence[str] | None = ("patient_id",),
     cache_dir: str | Path | None = None,
     phase_bins: int = 4,
     hash_patient_id: bool = False,

@@ -31,7 +31,7 @@ from gcl_monai.losses import MetaContrastiveLoss, PixelContrastiveLoss, gather_t
 from gcl_monai.networks import GCLNet
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
-BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs"]
+BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs", "gcl_dicom"]
 WORLD = 2
 FEATURES = (4, 4, 8, 8, 16, 4)
 META = (None, "patient_id", "slice_quantile")

@@ -31,6 +31,7 @@ def load_or_create_split(
     seed: int = 0,
     meta_keys: Sequence[str] | None = None,
     stratify_key: str | None = "group",
+    **reader_kwargs,
 ) -> dict[str, list[dict]]:
     """
     The experiment's patient-level split: read from ``split_file`` when it exists, otherwise built from the
@@ -47,12 +48,13 @@ def load_or_create_split(
         seed: seed of the split.
         meta_keys: meta labels that must exist in the datalist.
         stratify_key: stratification key (ACDC pathology group).
+        reader_kwargs: passed to the dataset's reader (e.g. the DICOM reader's ``cache_dir``, ``phase_bins``).
     """
     split_file = Path(split_file)
     if split_file.exists():
         logger.info("Using the split in %s.", split_file)
         return load_split(split_file)
-    datalist = load_datalist(dataset_dir, dataset=dataset, meta_keys=meta_keys)
+    datalist = load_datalist(dataset_dir, dataset=dataset, meta_keys=meta_keys, **reader_kwargs)
     split = split_patients(datalist, num_pretrain, num_val, num_test, seed=seed, stratify_key=stratify_key)
     save_split(split, split_file)
     logger.info("Wrote the split to %s.", split_file)

@@ -1,4 +1,5 @@
-"""The datalist of an inference folder: every NIfTI volume, and every frame of a 4D series as its own case."""
+"""The datalist of an inference folder: every NIfTI volume, every frame of a 4D series as its own case, and every 3D
+volume of the DICOM files in it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gcl_monai.data.datalist import DatalistError, nifti_shape, nifti_stem, require_dir
+from gcl_monai.data.dicom.inference import dicom_inference_cases
+from gcl_monai.data.dicom.reader import detect_dicom_layout
 
 __all__ = ["inference_datalist"]
 
@@ -14,19 +17,26 @@ logger = logging.getLogger("gcl_monai.data")
 
 
 def inference_datalist(
-    folder: str | Path, frame: int | None = None, exclude: Sequence[str] = ("_gt.nii.gz", "_gt.nii")
+    folder: str | Path,
+    frame: int | None = None,
+    exclude: Sequence[str] = ("_gt.nii.gz", "_gt.nii"),
+    staging_dir: str | Path | None = None,
 ) -> list[dict]:
     """
     The NIfTI files under ``folder`` (recursively, sorted), one item ``{"image": path}`` per 3D volume. A 4D file
     ``(H, W, D, T)`` with T > 1 gives one item ``{"image": path, "frame": t}`` per frame (``frame`` None) or only
     the chosen frame; :py:class:`gcl_monai.transforms.SelectFramed` then keeps that frame. Only headers are read; a
     file whose header cannot be read is still listed, so that its failure is reported with its name when it is
-    loaded.
+    loaded. When the folder holds DICOM files, each 3D volume they form is a case too (see
+    :py:func:`gcl_monai.data.dicom.dicom_inference_cases`: its slices linked into a folder of their own under
+    ``staging_dir``, read by :py:class:`gcl_monai.transforms.PositionSortedPydicomReader`; a stack that cannot be
+    segmented is a case marked ``"skipped"`` with the reason).
 
     Args:
         folder: the inference folder.
         frame: the frame to segment in every 4D file (None: all frames).
         exclude: file name endings left out (label files).
+        staging_dir: folder of the DICOM cases' links (default: a new temporary folder).
 
     Raises:
         FileNotFoundError: when ``folder`` is not a folder.
@@ -53,6 +63,8 @@ def inference_datalist(
             items.extend({"image": str(path), "frame": t} for t in chosen)
         else:
             items.append({"image": str(path)})
+    if detect_dicom_layout(folder) is not None:
+        items.extend(dicom_inference_cases(folder, staging_dir))
     if not items:
-        logger.warning("No NIfTI file to segment in %s (endings left out: %s).", folder, list(exclude))
+        logger.warning("No NIfTI or DICOM file to segment in %s (endings left out: %s).", folder, list(exclude))
     return items

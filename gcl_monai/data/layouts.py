@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from gcl_monai.data import acdc, hvsmr, mmwhs, prostate  # the readers; none of them imports this module
 from gcl_monai.data.datalist import DatalistError, validate_meta_keys
+from gcl_monai.data.dicom.reader import DICOM_LAYOUTS, detect_dicom_layout, read_dicom
 from gcl_monai.data.json_datalist import JSON_LAYOUTS, detect_json_layout, read_json_datalist
 
 __all__ = ["READERS", "DatasetReader", "detect_layout", "load_datalist"]
@@ -28,14 +29,19 @@ class DatasetReader(NamedTuple):
     """layout name -> the file pattern it expects (for error messages)."""
 
 
-#: dataset name -> its reader, tried in this order by ``dataset="auto"``.
+#: dataset name -> its reader, tried in this order by ``dataset="auto"`` (DICOM first: an archive's folders may carry
+#: any names, ``patientXXX`` included, while no other layout holds DICOM files).
 READERS: dict[str, DatasetReader] = {
+    "dicom": DatasetReader(detect_dicom_layout, read_dicom, DICOM_LAYOUTS),
     "acdc": DatasetReader(acdc.detect_acdc_layout, acdc.read_acdc, acdc.ACDC_LAYOUTS),
     "prostate": DatasetReader(prostate.detect_prostate_layout, prostate.read_prostate, prostate.PROSTATE_LAYOUTS),
     "mmwhs": DatasetReader(mmwhs.detect_mmwhs_layout, mmwhs.read_mmwhs, mmwhs.MMWHS_LAYOUTS),
     "hvsmr": DatasetReader(hvsmr.detect_hvsmr_layout, hvsmr.read_hvsmr, hvsmr.HVSMR_LAYOUTS),
     "json": DatasetReader(detect_json_layout, read_json_datalist, JSON_LAYOUTS),
 }
+
+#: readers that take ``meta_keys`` themselves (they encode or compute the labels), the others are checked after.
+_READS_META_KEYS = ("json", "dicom")
 
 
 def _expected_layouts(datasets: Iterable[str]) -> str:
@@ -46,7 +52,7 @@ def _expected_layouts(datasets: Iterable[str]) -> str:
 
 
 def detect_layout(root: str | Path, dataset: str = "auto") -> tuple[str, str]:
-    """Detect a dataset layout from folder contents (file names only, nothing is opened).
+    """Detect a dataset layout from folder contents (file names; for DICOM, the 132-byte preamble of a few files).
 
     Args:
         root: dataset folder (or a JSON datalist file).
@@ -84,9 +90,9 @@ def load_datalist(
 
     Args:
         root: dataset folder, or a JSON datalist file.
-        dataset: ``"auto"``, ``"acdc"``, ``"prostate"``, ``"mmwhs"``, ``"hvsmr"`` or ``"json"``.
+        dataset: ``"auto"``, ``"acdc"``, ``"prostate"``, ``"mmwhs"``, ``"hvsmr"``, ``"json"`` or ``"dicom"``.
         meta_keys: meta labels the caller will use; checked to exist (``"slice_quantile"`` is
-            derived later), and integer-encoded for JSON datalists.
+            derived later), integer-encoded for JSON datalists, read from the headers for DICOM.
         kwargs: passed to the reader (e.g. ``on_error="skip"``, ACDC ``section="testing"``).
 
     Returns:
@@ -100,7 +106,7 @@ def load_datalist(
     name, layout = detect_layout(root, dataset)
     logger.info("Reading %s (%s layout) from %s.", name, layout, root)
     read = READERS[name].read
-    if name == "json":
+    if name in _READS_META_KEYS:
         return read(root, meta_keys=meta_keys, **kwargs)
     datalist = read(root, **kwargs)
     validate_meta_keys(datalist, meta_keys)

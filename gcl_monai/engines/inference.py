@@ -31,7 +31,7 @@ class CasesFailed(RuntimeError):
 
 
 def _case_name(item: dict) -> str:
-    return str(item.get("image")) + (f" (frame {item['frame']})" if "frame" in item else "")
+    return str(item.get("case", item.get("image"))) + (f" (frame {item['frame']})" if "frame" in item else "")
 
 
 def _reason(error: BaseException) -> str:
@@ -45,7 +45,8 @@ def segment_each_case(evaluator: Evaluator, dataset: Dataset) -> None:
     """
     Runs ``evaluator`` (its network, inferer, post-processing and writer) on each case of ``dataset`` in turn. A
     case whose loading or pre-processing fails (unreadable file, 4D series without a frame, no finite voxel) is
-    logged with its file name and skipped; the others are still segmented and written.
+    logged with its file name and skipped; the others are still segmented and written. A case the datalist already
+    marks ``"skipped"`` (a DICOM stack with a missing slice, for example) is reported with that reason, unread.
 
     Args:
         evaluator: the bundle's evaluator; its data loader is replaced by one case at a time.
@@ -61,6 +62,10 @@ def segment_each_case(evaluator: Evaluator, dataset: Dataset) -> None:
     failures = []
     for index in range(len(dataset)):
         item = dataset.data[index]
+        if item.get("skipped"):
+            failures.append((_case_name(item), str(item["skipped"])))
+            logger.error("%s: not segmented: %s", _case_name(item), failures[-1][1])
+            continue
         try:
             case = dataset[index]
         except Exception as error:  # any loading or pre-processing error of this case: reported, the rest runs

@@ -1,6 +1,8 @@
 """MONAI transforms of gcl-monai: HDF5 reading, volume -> 2D slices with meta labels, contrastive views, presets."""
 
 from gcl_monai.transforms.batch_views import BatchContrastiveViews
+from gcl_monai.transforms.dicom_reader import PositionSortedPydicomReader
+from gcl_monai.transforms.dicom_seg import SaveDicomSegd, label_map_on_source, write_dicom_seg
 from gcl_monai.transforms.field_of_view import FOV_SHAPES, CenterSquareCrop, CenterSquareCropd, field_of_view_crop
 from gcl_monai.transforms.h5_reader import H5Reader, split_h5_path
 from gcl_monai.transforms.inference_checks import FRAME_KEY, RepairNonFinited, SelectFramed
@@ -20,6 +22,10 @@ from gcl_monai.transforms.view_strengths import ViewStrengths
 from gcl_monai.transforms.views import ContrastiveViewsd, RandRelativeGaussianNoised
 
 __all__ = [
+    "PositionSortedPydicomReader",
+    "SaveDicomSegd",
+    "label_map_on_source",
+    "write_dicom_seg",
     "FRAME_KEY",
     "RepairNonFinited",
     "SelectFramed",

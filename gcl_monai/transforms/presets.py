@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -87,6 +88,24 @@ class SelectChanneld(MapTransform):
         return d
 
 
+def _volume_loader(keys: KeysCollection) -> LoadImaged:
+    """
+    ``LoadImaged`` (float32, image only) for the volumes of a datalist, NIfTI or HDF5 (a DICOM archive is converted
+    to NIfTI first), the reader chosen by suffix: ``NibabelReader`` and :class:`H5Reader` registered last (tried
+    first, each only on its suffixes), then MONAI's default readers.
+
+    MONAI's ``LoadImage`` constructs each of its default readers, even when one is named; with pydicom installed its
+    ``NvImgCodecPydicomReader`` warns at every construction that the nvImageCodec plugin did not register, which is
+    irrelevant to NIfTI and HDF5: that one warning is silenced while the loader is built, no other.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="NvImgCodecPydicomReader", category=UserWarning)
+        loader = LoadImaged(keys=keys, image_only=True, dtype=np.float32)
+    loader.register(NibabelReader())
+    loader.register(H5Reader())
+    return loader
+
+
 def _label_map_lists(label_map: Mapping | Sequence) -> tuple[list[float], list[float]]:
     """``{orig: target}`` (keys may be strings, as in JSON) or ``[(orig, target), ...]`` -> two lists."""
     pairs = label_map.items() if isinstance(label_map, Mapping) else label_map
@@ -115,9 +134,7 @@ def _volume_steps(
     """
     if intensity not in INTENSITY_MODES:
         raise ValueError(f"intensity must be one of {INTENSITY_MODES}, got {intensity!r}.")
-    loader = LoadImaged(keys=keys, image_only=True, dtype=np.float32)
-    loader.register(NibabelReader())
-    loader.register(H5Reader())  # registered last: tried first, and only on .h5/.hdf5 suffixes
+    loader = _volume_loader(keys)
     steps: list = [loader, EnsureChannelFirstd(keys=keys), SelectChanneld(keys="image")]
     if "label" in keys and label_map is not None:
         orig, target = _label_map_lists(label_map)
@@ -164,7 +181,7 @@ def volume_transforms(
     Steps (keys ``"image"`` and, with ``with_label``, ``"label"``):
 
     1. ``LoadImaged`` with the reader chosen by suffix: :class:`H5Reader` for ``.h5#dataset``,
-       ``NibabelReader`` for NIfTI (then MONAI's default readers);
+       ``NibabelReader`` for NIfTI (a DICOM archive is converted to NIfTI first, see ``docs/dicom.md``);
     2. ``EnsureChannelFirstd``; :class:`SelectChanneld` when the item has ``"channel"``;
     3. ``MapLabelValued`` when ``label_map`` is given (e.g. MM-WHS ``{205: 1, 420: 2, ..., 850: 7}``);
     4. per-volume intensity normalisation of the image: ``"percentile"``: percentiles 1-99 -> [0, 1], clipped

@@ -49,7 +49,7 @@ def _inference(bundle: str) -> ConfigParser:
 
 
 def test_all_bundles_are_checked():
-    assert BUNDLES == ["gcl_acdc", "gcl_demo", "gcl_mmwhs", "gcl_prostate"]
+    assert BUNDLES == ["gcl_acdc", "gcl_demo", "gcl_dicom", "gcl_mmwhs", "gcl_prostate"]
 
 
 @pytest.mark.parametrize("bundle", BUNDLES)

@@ -12,14 +12,14 @@ import pytest
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 SOURCES = REPO / "bundle_sources"
 GENERATE = SOURCES / "generate.py"
-BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs"]
+BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs", "gcl_dicom"]
 WORKFLOWS = ["pretrain.json", "train.json", "evaluate.json", "inference.json", "multi_gpu_pretrain.json",
              "multi_gpu_train.json"]
 # the only keys a bundle may set: what differs between datasets
 DATASET_KEYS = {
     "bundle_root", "dataset", "dataset_dir", "num_patients", "data_seed", "num_pretrain", "num_val", "num_test",
     "meta_labels", "volume_meta_keys", "image_size", "fov_scale", "fov_shape", "features", "num_classes", "class_names", "label_map",
-    "stratify_key",
+    "stratify_key", "dataset_options",
     # the fine-tuning's augmentation, Dice reduction and clean-up: chosen on each data set's validation patients
     "rotate_degrees", "scale_range", "affine_prob", "dice_batch", "keep_largest_component",
 }

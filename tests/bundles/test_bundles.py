@@ -19,7 +19,7 @@ from monai.networks.nets import BasicUNet
 from gcl_monai.benchmark.report import read_scalars
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
-BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs"]
+BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs", "gcl_dicom"]
 DEMO = REPO / "bundles" / "gcl_demo" / "configs"
 TINY = {
     "num_patients": 6,
@@ -63,7 +63,8 @@ def test_bundle_layout_and_metadata(bundle):
     for key in ["network_def", "preprocessing", "inferer", "postprocessing", "device", "bundle_root"]:
         assert key in inference, key
     # MONAI components, plus the few of gcl_monai that make a 2D network a 3D model, guard its input, choose the
-    # field of view's crop and the largest-component clean-up (each returning MONAI transforms)
+    # field of view's crop and the largest-component clean-up (each returning MONAI transforms), stack a DICOM series
+    # by position and write DICOM SEG
     used = set(re.findall(r"gcl_monai(?:\.\w+)+", json.dumps(inference))) - {"gcl_monai.data", "gcl_monai.engines"}
     assert used == {
         "gcl_monai.networks.SliceWise",
@@ -71,6 +72,8 @@ def test_bundle_layout_and_metadata(bundle):
         "gcl_monai.transforms.RepairNonFinited",
         "gcl_monai.transforms.field_of_view_crop",
         "gcl_monai.transforms.keep_largest_component",
+        "gcl_monai.transforms.PositionSortedPydicomReader",
+        "gcl_monai.transforms.SaveDicomSegd",
         "gcl_monai.data.inference_datalist",
         "gcl_monai.engines.segment_each_case",
     }

@@ -9,7 +9,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from monai.bundle import ConfigParser
 from monai.losses import DiceCELoss
 from monai.networks.nets import BasicUNet
@@ -29,7 +28,6 @@ from gcl_monai.probe import (
 )
 from gcl_monai.probe.__main__ import probe_command
 from gcl_monai.probe.linear import _linear_map
-
 from tests.bundles.test_bundles import DEMO, REPO, TINY
 
 FEATURES = [4, 8, 8, 16, 16, 4]
@@ -142,7 +140,7 @@ def _supervised_encoder(root, path):
     net = BasicUNet(2, 1, 4, features=FEATURES, norm="batch")
     optimizer = torch.optim.Adam(net.parameters(), 3e-3)
     loss = DiceCELoss(to_onehot_y=True, softmax=True)
-    for step in range(150):
+    for _ in range(150):
         idx = torch.randint(0, len(images), (16,))
         optimizer.zero_grad()
         loss(net(images[idx]), labels[idx]).backward()

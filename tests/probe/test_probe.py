@@ -215,3 +215,22 @@ def test_the_probe_handler_in_a_pretraining_run(tmp_path):
     plain = torch.load(_pretrain(tmp_path / "plain") / "encoder.pt", weights_only=True)
     probed = torch.load(run / "encoder.pt", weights_only=True)
     assert all(torch.equal(plain[k], probed[k]) for k in plain)
+
+
+def test_curves_of_several_runs_with_a_method_mean(tmp_path):
+    from gcl_monai.probe.curves import main, method_of
+
+    for name, values in {"gcl": [0.40, 0.50], "gcl_p1": [0.42, 0.46], "simclr": [0.38, 0.39]}.items():
+        run = tmp_path / name
+        run.mkdir()
+        lines = [json.dumps({"epoch": 4 * (i + 1), "dice": v}) for i, v in enumerate(values)]
+        lines.append(json.dumps({"epoch": 8, "dice": values[1]}))  # a resumed run repeats an epoch: its last line
+        (run / "probe_history.jsonl").write_text("\n".join(lines) + "\n")
+    reference = tmp_path / "random.json"
+    reference.write_text(json.dumps({"dice": 0.36}))
+    out = tmp_path / "curves"
+    assert main([str(tmp_path / n) for n in ("gcl", "gcl_p1", "simclr")] + ["--output_dir", str(out),
+                "--reference", f"random={reference}"]) == 0
+    md = (out / "curves.md").read_text()
+    assert "| **gcl, mean** | 0.410 (n=2) | 0.480 (n=2) |" in md and "| random (reference) | 0.360 | 0.360 |" in md
+    assert method_of("simclr_p12") == "simclr" and (out / "curves.csv").read_text().count("\n") == 7

@@ -61,7 +61,8 @@ def run_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Run the paper's protocol through the bundles: pre-train each method, fine-tune with L labelled "
         "patients over paired draws, test Dice; write results.csv, table.md and plots under RESULTS_DIR/NAME. "
-        f"Other commands: '{PROG} tsne --help', '{PROG} report --help', '{PROG} compare --help'.",
+        f"Other commands: '{PROG} tsne --help', '{PROG} report --help', '{PROG} compare --help', "
+        f"'{PROG} protocol --help'.",
     )
     parser.add_argument("--preset", default="cpu-mini", choices=list(PRESETS), help="protocol (default cpu-mini)")
     parser.add_argument("--data", required=True, choices=list(DATASETS), help="dataset of fine-tuning and test")
@@ -86,6 +87,8 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-labeled", nargs="+", type=int, metavar="L")
     parser.add_argument("--repeats", type=int, help="labelled draws per L")
     parser.add_argument("--seeds-per-draw", type=int, help="fine-tuning seeds per draw")
+    parser.add_argument("--pretrain-seeds", nargs="+", type=int, metavar="SEED",
+                        help="pre-training seeds of every pre-trained method (e.g. 0 1 2)")
     parser.add_argument("--pretrain-epochs", type=int)
     parser.add_argument("--finetune-iterations", type=int, help="total fine-tuning iterations per cell")
     parser.add_argument("--image-size", type=int, help="in-plane size of the slices")
@@ -127,6 +130,8 @@ def preset_from_args(args: argparse.Namespace) -> Preset:
         changes["methods"] = tuple(args.methods)
     if args.num_labeled:
         changes["num_labeled"] = tuple(args.num_labeled)
+    if args.pretrain_seeds:
+        changes["pretrain_seeds"] = tuple(dict.fromkeys(args.pretrain_seeds))
     common: dict[str, Any] = {}
     if args.image_size:
         common["image_size"] = [args.image_size, args.image_size]

@@ -66,3 +66,13 @@ def test_pretrain_seeds_plan_one_pretraining_and_one_cell_per_seed(tmp_path):
     random = [c for c in finetune if c.method == "random"]
     assert len(random) == 2 and all(c.pretrain_seed is None for c in random)
     assert len({c.folder for c in finetune}) == len(finetune)
+
+
+def test_pretrain_seeds_from_the_command_line():
+    from gcl_monai.benchmark.__main__ import preset_from_args, run_parser
+
+    args = run_parser().parse_args(["--preset", "cpu-protocol", "--data", "acdc", "--methods", "random",
+                                    "supervised_encoder", "--pretrain-seeds", "0", "1", "1"])
+    preset = preset_from_args(args)
+    assert preset.pretrain_seeds == (0, 1) and preset.methods == ("random", "supervised_encoder")
+    assert preset.name == "cpu-protocol+custom" and preset.common["num_val"] == 12

@@ -24,6 +24,7 @@ from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 __all__ = [
     "ADDED_LATER",
     "IGNORED_KEYS",
+    "IGNORED_PREFIXES",
     "PRETRAIN_SETTINGS_KEY",
     "SETTINGS_KEY",
     "cell_settings",
@@ -68,6 +69,10 @@ ADDED_LATER: dict[str, Any] = {
     "float32_matmul_precision": "highest",
 }
 
+#: settings that never change what is trained: the frozen-encoder probe of a pre-training (``probe_*``, its handler
+#: draws no random number and changes no weight: tests/probe)
+IGNORED_PREFIXES = ("probe_",)
+
 _EXPRESSION_PREFIXES = ("$", "@", "%")
 
 
@@ -84,11 +89,12 @@ def run_settings(bundle: Path, config: str, overrides: Mapping[str, Any]) -> dic
     """
     The settings of a run of ``<bundle>/configs/<config>.json`` with ``overrides``: the config's literal top-level
     items, then the overrides (JSON round-tripped, so that tuples and lists compare equal), without
-    :py:data:`IGNORED_KEYS`.
+    :py:data:`IGNORED_KEYS` and the keys of :py:data:`IGNORED_PREFIXES`.
     """
     defaults = {k: v for k, v in bundle_config(bundle, config).items() if _literal(v)}
     merged = {**defaults, **overrides}
-    return json.loads(json.dumps({k: merged[k] for k in sorted(merged) if k not in IGNORED_KEYS}))
+    kept = {k: merged[k] for k in sorted(merged) if k not in IGNORED_KEYS and not k.startswith(IGNORED_PREFIXES)}
+    return json.loads(json.dumps(kept))
 
 
 def changed_settings(recorded: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str]:

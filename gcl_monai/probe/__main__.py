@@ -64,8 +64,8 @@ def probe_command(
     result = evaluate_encoder(
         frozen,
         volumes,
-        parser.get_parsed_content("num_classes"),
-        parser.get_parsed_content("class_names"),
+        parser.get_parsed_content("probe_num_classes"),
+        parser.get_parsed_content("probe_class_names"),
         test_volumes=test,
         settings=settings,
         groups=parser.get_parsed_content("probe#groups"),

@@ -76,3 +76,14 @@ def test_pretrain_seeds_from_the_command_line():
     preset = preset_from_args(args)
     assert preset.pretrain_seeds == (0, 1) and preset.methods == ("random", "supervised_encoder")
     assert preset.name == "cpu-protocol+custom" and preset.common["num_val"] == 12
+
+
+def test_the_probe_settings_are_not_settings_of_the_training():
+    from gcl_monai.benchmark.bundles import default_bundle_dir
+    from gcl_monai.benchmark.settings import run_settings
+
+    bundle = default_bundle_dir() / "gcl_acdc"
+    plain = run_settings(bundle, "pretrain", {"epochs": 3})
+    probed = run_settings(bundle, "pretrain", {"epochs": 3, "probe_interval": 1, "probe_keep_best": True})
+    assert plain == probed and not any(k.startswith("probe_") for k in plain)
+    assert run_settings(bundle, "pretrain", {"epochs": 4}) != plain

@@ -12,8 +12,8 @@ import pytest
 
 pydicom = pytest.importorskip("pydicom")
 
-from gcl_monai.data.dicom import index_dicom, slice_normal, write_phantom_dicom  # noqa: E402
-from gcl_monai.data.phantom import synthesize_patient  # noqa: E402
+from gcl_monai.data.dicom import index_dicom, slice_normal, write_phantom_dicom
+from gcl_monai.data.phantom import synthesize_patient
 
 SIZE = (32, 32)
 
@@ -115,7 +115,7 @@ def test_a_trigger_less_stack_with_two_slices_at_one_position_is_refused(tmp_pat
 
 
 def test_header_cache_opens_only_changed_files(tmp_path, monkeypatch):
-    import gcl_monai.data.dicom.headers as headers
+    from gcl_monai.data.dicom import headers
 
     write_phantom_dicom(tmp_path / "a", num_patients=1, image_size=SIZE)
     cache = tmp_path / "cache.json"

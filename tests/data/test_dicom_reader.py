@@ -14,9 +14,9 @@ import pytest
 
 pydicom = pytest.importorskip("pydicom")
 
-from gcl_monai.data import DatalistError, load_datalist, split_patients  # noqa: E402
-from gcl_monai.data.acdc import ACDC_GROUPS  # noqa: E402
-from gcl_monai.data.dicom import (  # noqa: E402
+from gcl_monai.data import DatalistError, load_datalist, split_patients
+from gcl_monai.data.acdc import ACDC_GROUPS
+from gcl_monai.data.dicom import (
     cardiac_phase,
     hash_patient,
     index_dicom,
@@ -24,9 +24,9 @@ from gcl_monai.data.dicom import (  # noqa: E402
     rr_interval,
     write_phantom_dicom,
 )
-from gcl_monai.data.dicom.__main__ import main  # noqa: E402
-from gcl_monai.data.phantom import synthesize_patient  # noqa: E402
-from gcl_monai.transforms import volume_transforms  # noqa: E402
+from gcl_monai.data.dicom.__main__ import main
+from gcl_monai.data.phantom import synthesize_patient
+from gcl_monai.transforms import volume_transforms
 
 SIZE = (32, 32)
 NUM_PATIENTS = 3

@@ -12,7 +12,7 @@ from typing import Any
 
 logger = logging.getLogger("gcl_monai.data")
 
-__all__ = ["GEOMETRY_KEYWORDS", "DEFAULT_KEYWORDS", "HeaderCache", "import_pydicom", "read_header", "scan_headers"]
+__all__ = ["DEFAULT_KEYWORDS", "GEOMETRY_KEYWORDS", "HeaderCache", "import_pydicom", "read_header", "scan_headers"]
 
 GEOMETRY_KEYWORDS = (
     "PatientID", "StudyInstanceUID", "SeriesInstanceUID", "SeriesNumber", "SOPInstanceUID", "SOPClassUID",
@@ -75,7 +75,7 @@ def read_header(path: str | Path, keywords: Sequence[str]) -> dict[str, Any] | N
     for keyword in keywords:
         try:
             header[keyword] = _json_value(ds.get(keyword))
-        except Exception as exc:  # a malformed element (e.g. a non-numeric DS): recorded as absent, with a log line
+        except (ValueError, TypeError, OverflowError) as exc:  # a malformed element (a non-numeric DS): absent, logged
             logger.warning("%s: %s unreadable (%s); treated as absent.", path, keyword, exc)
             header[keyword] = None
     return header

@@ -60,7 +60,7 @@ def _ds(value: float) -> str:
 
 def _slice_dataset(image: np.ndarray, headers: dict, path: Path) -> None:
     from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import ExplicitVRLittleEndian, PYDICOM_IMPLEMENTATION_UID
+    from pydicom.uid import PYDICOM_IMPLEMENTATION_UID, ExplicitVRLittleEndian
 
     meta = FileMetaDataset()
     meta.MediaStorageSOPClassUID = MR_IMAGE_STORAGE

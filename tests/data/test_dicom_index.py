@@ -189,3 +189,20 @@ def test_phases_by_rank_when_the_heart_rate_differs_between_slice_locations_and_
     pair = {str(files[0]), str(tmp_path / "copy of first file")}
     (kept,) = pair - set(copy.files)
     assert set(copy.files) < pair and copy.reason == f"the same SOPInstanceUID as {kept} (a copy)"
+
+
+def test_a_file_that_cannot_be_read_is_reported_not_taken_for_non_dicom(tmp_path, monkeypatch):
+    write_phantom_dicom(tmp_path, num_patients=1, image_size=SIZE)
+    broken = sorted(tmp_path.rglob("IM*"))[0]
+    dcmread = pydicom.dcmread
+
+    def failing(path, *args, **kwargs):
+        if str(path) == str(broken):
+            raise PermissionError(13, "Permission denied")
+        return dcmread(path, *args, **kwargs)
+
+    monkeypatch.setattr(pydicom, "dcmread", failing)
+    index = index_dicom(tmp_path)
+    assert index.non_dicom == []
+    reasons = {f: s.reason for s in index.skipped for f in s.files}
+    assert reasons[str(broken)] == "unreadable (PermissionError: [Errno 13] Permission denied)"

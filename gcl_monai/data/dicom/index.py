@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gcl_monai.data.dicom.headers import scan_headers
+from gcl_monai.data.dicom.headers import UNREADABLE_KEY, scan_headers
 
 logger = logging.getLogger("gcl_monai.data")
 
@@ -113,6 +113,8 @@ def slice_normal(orientation: Sequence[float]) -> np.ndarray:
 
 
 def _first_problem(header: dict[str, Any]) -> str | None:
+    if UNREADABLE_KEY in header:
+        return header[UNREADABLE_KEY]
     missing = [k for k in _REQUIRED if header.get(k) is None]
     if missing:
         return f"not a cross-sectional image: {', '.join(missing)} missing"

@@ -193,7 +193,7 @@ def test_phases_by_rank_when_the_heart_rate_differs_between_slice_locations_and_
 
 def test_a_file_that_cannot_be_read_is_reported_not_taken_for_non_dicom(tmp_path, monkeypatch):
     write_phantom_dicom(tmp_path, num_patients=1, image_size=SIZE)
-    broken = sorted(tmp_path.rglob("IM*"))[0]
+    broken = min(tmp_path.rglob("IM*"))
     dcmread = pydicom.dcmread
 
     def failing(path, *args, **kwargs):

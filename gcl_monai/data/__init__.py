@@ -1,4 +1,5 @@
-"""Dataset readers (MONAI datalists), patient-level splits and the synthetic cardiac phantom."""
+"""Dataset readers (MONAI datalists; DICOM archives in :mod:`gcl_monai.data.dicom`), patient-level splits and the
+synthetic cardiac phantom."""
 
 import importlib
 
@@ -16,6 +17,7 @@ from gcl_monai.data.datalist import (
     split_h5_path,
     validate_meta_keys,
 )
+from gcl_monai.data.dicom import read_dicom
 from gcl_monai.data.hvsmr import HVSMR_LABEL_NAMES, read_hvsmr
 from gcl_monai.data.inference_datalist import inference_datalist
 from gcl_monai.data.json_datalist import read_json_datalist
@@ -90,6 +92,7 @@ __all__ = [
     "read_acdc",
     "read_acdc_h5",
     "read_acdc_official",
+    "read_dicom",
     "read_hvsmr",
     "read_json_datalist",
     "read_mmwhs",

@@ -17,11 +17,11 @@ import torch
 pydicom = pytest.importorskip("pydicom")
 hd = pytest.importorskip("highdicom")
 
-from monai.bundle import ConfigParser, ConfigWorkflow  # noqa: E402
+from monai.bundle import ConfigParser, ConfigWorkflow
 
-from gcl_monai.data import load_split  # noqa: E402
-from gcl_monai.data.dicom import index_dicom, write_phantom_dicom  # noqa: E402
-from gcl_monai.data.dicom.inference import dicom_inference_cases  # noqa: E402
+from gcl_monai.data import load_split
+from gcl_monai.data.dicom import index_dicom, write_phantom_dicom
+from gcl_monai.data.dicom.inference import dicom_inference_cases
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 CONFIGS = REPO / "bundles" / "gcl_dicom" / "configs"
@@ -80,9 +80,9 @@ def test_inference_from_dicom_writes_nifti_and_seg_and_names_unreadable_series(t
     write_phantom_dicom(archive / "cine_b", num_patients=1, seed=1, image_size=(32, 32), layout="per_slice")
     volumes = {v.volume_id: v for v in index_dicom(archive).volumes}
     # patient002 (cine_a): one ES slice lost; patient001 (cine_a): one ED slice's pixel data cut short
-    es = [v for v in volumes.values() if v.patient == "patient002" and v.phase == 1 and "cine_a" in v.files[0]][0]
+    es = next(v for v in volumes.values() if v.patient == "patient002" and v.phase == 1 and "cine_a" in v.files[0])
     Path(es.files[2]).unlink()
-    ed = [v for v in volumes.values() if v.patient == "patient001" and v.phase == 0 and "cine_a" in v.files[0]][0]
+    ed = next(v for v in volumes.values() if v.patient == "patient001" and v.phase == 0 and "cine_a" in v.files[0])
     data = Path(ed.files[1]).read_bytes()
     Path(ed.files[1]).write_bytes(data[: len(data) - 500])
     good = [v for v in volumes.values() if v not in (es, ed)]
@@ -92,7 +92,7 @@ def test_inference_from_dicom_writes_nifti_and_seg_and_names_unreadable_series(t
     cmd = [sys.executable, "-m", "monai.bundle", "run", "--config_file", str(CONFIGS / "inference.json"),
            "--dataset_dir", str(archive), "--output_dir", str(out), "--handlers#0#load_path", str(model),
            "--image_size", "[32, 32]", "--features", json.dumps(FEATURES), "--keep_largest_component", "False"]
-    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
     assert result.returncode != 0
     assert "2 of 6 case(s) could not be segmented (the other 4 were written)" in result.stderr
     assert f"series {es.series[0]}: slice missing at" in result.stderr
@@ -107,5 +107,5 @@ def test_inference_from_dicom_writes_nifti_and_seg_and_names_unreadable_series(t
         assert {s.SeriesInstanceUID for s in seg.ReferencedSeriesSequence} == set(volume.series)
         seg_volume = seg.get_volume(combine_segments=True)
         for k, header in enumerate(volume.headers):  # the SEG frame at each source slice = the NIfTI's slice k
-            index = int(round(np.linalg.solve(seg_volume.affine, [*header["ImagePositionPatient"], 1.0])[0]))
+            index = round(float(np.linalg.solve(seg_volume.affine, [*header["ImagePositionPatient"], 1.0])[0]))
             np.testing.assert_array_equal(seg_volume.array[index], label[..., k].T)

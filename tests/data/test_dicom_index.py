@@ -12,8 +12,8 @@ import pytest
 
 pydicom = pytest.importorskip("pydicom")
 
-from gcl_monai.data.dicom import index_dicom, slice_normal, write_phantom_dicom  # noqa: E402
-from gcl_monai.data.phantom import synthesize_patient  # noqa: E402
+from gcl_monai.data.dicom import index_dicom, slice_normal, write_phantom_dicom
+from gcl_monai.data.phantom import synthesize_patient
 
 SIZE = (32, 32)
 
@@ -115,7 +115,7 @@ def test_a_trigger_less_stack_with_two_slices_at_one_position_is_refused(tmp_pat
 
 
 def test_header_cache_opens_only_changed_files(tmp_path, monkeypatch):
-    import gcl_monai.data.dicom.headers as headers
+    from gcl_monai.data.dicom import headers
 
     write_phantom_dicom(tmp_path / "a", num_patients=1, image_size=SIZE)
     cache = tmp_path / "cache.json"
@@ -168,3 +168,41 @@ def test_pydicom_archive_skips_gaps_single_oblique_slices_radiographs_and_dicomd
     assert reasons["DICOMDIR"].startswith("not a cross-sectional image")
     (mr700,) = {tuple(s.series) for s in index.skipped if any("MR700" in f for f in s.files)}
     assert len(mr700) == 1  # reported once for its series, with its seven files
+
+
+def test_phases_by_rank_when_the_heart_rate_differs_between_slice_locations_and_copies_are_left_out(tmp_path):
+    write_phantom_dicom(tmp_path, num_patients=1, image_size=SIZE, layout="per_slice")
+    files = sorted(tmp_path.rglob("IM*"))
+    # each slice location in its own breath-hold, the trigger times scaled by 0.5 .. 3.5 (an exaggerated change of
+    # heart rate): the ES slices at the lowest rates lie nearer the ED trigger time (0) than the median ES one, so
+    # only the rank at each position puts them in the ES volume
+    for path in files:
+        ds = pydicom.dcmread(path)
+        ds.TriggerTime = str(round(float(ds.TriggerTime) * (0.25 + 0.25 * float(ds.SeriesNumber)), 1))
+        ds.save_as(path)
+    shutil.copy(files[0], tmp_path / "copy of first file")
+    index = index_dicom(tmp_path)
+    assert sorted(v.phase for v in index.volumes) == [0, 1]
+    for volume in index.volumes:  # each volume holds one frame: its TemporalPositionIdentifier
+        assert len({h["TemporalPositionIdentifier"] for h in volume.headers}) == 1
+    (copy,) = index.skipped  # one of the two identical files, in folder-walk order the later one
+    pair = {str(files[0]), str(tmp_path / "copy of first file")}
+    (kept,) = pair - set(copy.files)
+    assert set(copy.files) < pair and copy.reason == f"the same SOPInstanceUID as {kept} (a copy)"
+
+
+def test_a_file_that_cannot_be_read_is_reported_not_taken_for_non_dicom(tmp_path, monkeypatch):
+    write_phantom_dicom(tmp_path, num_patients=1, image_size=SIZE)
+    broken = min(tmp_path.rglob("IM*"))
+    dcmread = pydicom.dcmread
+
+    def failing(path, *args, **kwargs):
+        if str(path) == str(broken):
+            raise PermissionError(13, "Permission denied")
+        return dcmread(path, *args, **kwargs)
+
+    monkeypatch.setattr(pydicom, "dcmread", failing)
+    index = index_dicom(tmp_path)
+    assert index.non_dicom == []
+    reasons = {f: s.reason for s in index.skipped for f in s.files}
+    assert reasons[str(broken)] == "unreadable (PermissionError: [Errno 13] Permission denied)"

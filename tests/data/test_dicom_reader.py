@@ -14,9 +14,9 @@ import pytest
 
 pydicom = pytest.importorskip("pydicom")
 
-from gcl_monai.data import DatalistError, load_datalist, split_patients  # noqa: E402
-from gcl_monai.data.acdc import ACDC_GROUPS  # noqa: E402
-from gcl_monai.data.dicom import (  # noqa: E402
+from gcl_monai.data import DatalistError, detect_layout, load_datalist, split_patients
+from gcl_monai.data.acdc import ACDC_GROUPS
+from gcl_monai.data.dicom import (
     cardiac_phase,
     hash_patient,
     index_dicom,
@@ -24,9 +24,9 @@ from gcl_monai.data.dicom import (  # noqa: E402
     rr_interval,
     write_phantom_dicom,
 )
-from gcl_monai.data.dicom.__main__ import main  # noqa: E402
-from gcl_monai.data.phantom import synthesize_patient  # noqa: E402
-from gcl_monai.transforms import volume_transforms  # noqa: E402
+from gcl_monai.data.dicom.__main__ import main
+from gcl_monai.data.phantom import synthesize_patient
+from gcl_monai.transforms import volume_transforms
 
 SIZE = (32, 32)
 NUM_PATIENTS = 3
@@ -163,3 +163,9 @@ def test_a_stack_without_trigger_time_has_no_cardiac_phase(tmp_path):
     series = pydicom.dcmread(next(ct5n.iterdir()), stop_before_pixels=True).SeriesInstanceUID
     with pytest.raises(DatalistError, match=f"TriggerTime \\(0018,1060\\) missing in series {series}: no cardiac"):
         read_dicom(ct5n, ["patient_id", "cardiac_phase"], tmp_path, on_error="raise")
+
+
+def test_an_archive_with_acdc_like_folder_names_is_detected_as_dicom(tmp_path):
+    root = write_phantom_dicom(tmp_path / "export", 1, image_size=SIZE)
+    (root / "pt001").rename(root / "patient001")  # the name the ACDC layout looks for
+    assert detect_layout(root) == ("dicom", "dicom")  # DICOM is looked for first: its files, not folder names

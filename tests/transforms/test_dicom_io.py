@@ -10,12 +10,12 @@ import torch
 pydicom = pytest.importorskip("pydicom")
 hd = pytest.importorskip("highdicom")
 
-from monai.data import MetaTensor  # noqa: E402
-from monai.transforms import LoadImage  # noqa: E402
+from monai.data import MetaTensor
+from monai.transforms import LoadImage
 
-from gcl_monai.data.dicom import index_dicom, write_phantom_dicom  # noqa: E402
-from gcl_monai.data.dicom.inference import dicom_inference_cases  # noqa: E402
-from gcl_monai.transforms import (  # noqa: E402
+from gcl_monai.data.dicom import index_dicom, write_phantom_dicom
+from gcl_monai.data.dicom.inference import dicom_inference_cases
+from gcl_monai.transforms import (
     PositionSortedPydicomReader,
     SaveDicomSegd,
     label_map_on_source,
@@ -60,7 +60,7 @@ def test_reader_stacks_by_position_and_seg_round_trips(tmp_path, layout):
     seg_volume = seg.get_volume(combine_segments=True)  # frames placed by their plane positions (LPS)
     for k, header in enumerate(volume.headers):  # the SEG frame at each source slice's position
         ijk = np.linalg.solve(seg_volume.affine, [*header["ImagePositionPatient"], 1.0])
-        frame = seg_volume.array[int(round(ijk[0]))]
+        frame = seg_volume.array[round(float(ijk[0]))]
         np.testing.assert_array_equal(frame, np.asarray(label[0, ..., k]).T)
         assert ijk[1:3] == pytest.approx([0, 0], abs=1e-3)  # the frame's first pixel sits at the slice's position
     if layout == "single_series":  # one source series: every frame also names its source instance

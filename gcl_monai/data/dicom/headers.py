@@ -12,7 +12,13 @@ from typing import Any
 
 logger = logging.getLogger("gcl_monai.data")
 
-__all__ = ["GEOMETRY_KEYWORDS", "DEFAULT_KEYWORDS", "HeaderCache", "import_pydicom", "read_header", "scan_headers"]
+__all__ = [
+    "DEFAULT_KEYWORDS", "GEOMETRY_KEYWORDS", "UNREADABLE_KEY", "HeaderCache", "import_pydicom", "read_header",
+    "scan_headers",
+]
+
+UNREADABLE_KEY = "_unreadable"
+"""Key of the header of a DICOM file that pydicom cannot parse; its value is the reason."""
 
 GEOMETRY_KEYWORDS = (
     "PatientID", "StudyInstanceUID", "SeriesInstanceUID", "SeriesNumber", "SOPInstanceUID", "SOPClassUID",
@@ -62,20 +68,23 @@ def read_header(path: str | Path, keywords: Sequence[str]) -> dict[str, Any] | N
         keywords: DICOM keywords to read; an absent element is stored as None.
 
     Returns:
-        keyword -> value (JSON types), or None when the file is not DICOM (no ``DICM`` preamble; pydicom's
-        ``InvalidDicomError``) or cannot be parsed.
+        keyword -> value (JSON types); ``{UNREADABLE_KEY: reason}`` for a file that cannot be read or parsed (no
+        permission, a header pydicom gives up on: reported, unlike a file that is not DICOM); None when the file is not
+        DICOM (no ``DICM`` preamble: pydicom's ``InvalidDicomError``).
     """
     pydicom = import_pydicom()
     try:
         ds = pydicom.dcmread(str(path), stop_before_pixels=True, force=False)
-    except (pydicom.errors.InvalidDicomError, EOFError, OSError, ValueError, TypeError) as exc:
-        logger.debug("%s: not read as DICOM (%s).", path, exc)
+    except pydicom.errors.InvalidDicomError as exc:
+        logger.debug("%s: not DICOM (%s).", path, exc)
         return None
+    except (EOFError, OSError, ValueError, TypeError, KeyError) as exc:  # what pydicom raises for a broken header
+        return {UNREADABLE_KEY: f"unreadable ({type(exc).__name__}: {exc})"}
     header = {}
     for keyword in keywords:
         try:
             header[keyword] = _json_value(ds.get(keyword))
-        except Exception as exc:  # a malformed element (e.g. a non-numeric DS): recorded as absent, with a log line
+        except (ValueError, TypeError, OverflowError) as exc:  # a malformed element (a non-numeric DS): absent, logged
             logger.warning("%s: %s unreadable (%s); treated as absent.", path, keyword, exc)
             header[keyword] = None
     return header
@@ -108,7 +117,7 @@ class HeaderCache:
         entry = self.entries.get(str(path))
         if entry is None or entry["signature"] != self._signature(path):
             return None
-        if entry["dicom"] and not set(keywords) <= set(entry["header"]):
+        if entry["dicom"] and UNREADABLE_KEY not in entry["header"] and not set(keywords) <= set(entry["header"]):
             return None
         return entry
 

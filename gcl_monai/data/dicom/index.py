@@ -1,6 +1,7 @@
 """The index of a DICOM folder tree: files grouped into 3D volumes by patient, study, stack (orientation) and cardiac
 phase, slices ordered by their position along the slice normal; every stack that is not a clean volume (a missing
-slice, mixed orientation, spacing or matrix size, duplicate positions) is reported by series and file and skipped.
+slice, mixed spacing or matrix size, duplicate positions) is reported by series and file and skipped, and a series of
+several orientations is split into one stack per orientation.
 
 Two cine layouts are handled: one series holding every slice and phase, and one series per slice location holding its
 phases (such series are stacked by patient, study and orientation). Within a stack the phase of a slice is the rank of
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gcl_monai.data.dicom.headers import scan_headers
+from gcl_monai.data.dicom.headers import UNREADABLE_KEY, scan_headers
 
 logger = logging.getLogger("gcl_monai.data")
 
@@ -112,6 +113,8 @@ def slice_normal(orientation: Sequence[float]) -> np.ndarray:
 
 
 def _first_problem(header: dict[str, Any]) -> str | None:
+    if UNREADABLE_KEY in header:
+        return header[UNREADABLE_KEY]
     missing = [k for k in _REQUIRED if header.get(k) is None]
     if missing:
         return f"not a cross-sectional image: {', '.join(missing)} missing"
@@ -150,6 +153,9 @@ def _phases(files: list[str], headers: dict[str, dict], position: dict[str, floa
     medians = np.median(np.array(full), axis=0)
     phase = {}
     for p, fs in at.items():
+        if len(fs) == count:  # every phase present: the rank (robust to a heart rate that differs between positions)
+            phase.update((f, rank) for rank, f in enumerate(sorted(fs, key=lambda f: float(headers[f]["TriggerTime"]))))
+            continue
         for f in fs:
             phase[f] = int(np.argmin(np.abs(medians - float(headers[f]["TriggerTime"]))))
         taken = [phase[f] for f in fs]
@@ -213,10 +219,10 @@ def index_dicom(
 
     Files are read with pydicom (headers only); a file that is not DICOM is counted and left out. A file that is not
     a single-frame cross-sectional image with ImagePositionPatient, ImageOrientationPatient, PixelSpacing and a
-    PatientID (a localizer-free DICOMDIR, a radiograph, a structured report) is skipped with the reason. The images
-    of a series are split by orientation (:data:`ORIENTATION_DECIMALS`); a part with two or more slice positions is a
-    stack; parts with a single position (the one-series-per-slice cine layout, or a lone slice) are pooled by
-    patient, study and orientation into stacks. Each stack gives one volume per cardiac phase, slices ordered by
+    PatientID (a DICOMDIR, a radiograph, a structured report), or that repeats the SOPInstanceUID of a file before it
+    (a copy), is skipped with the reason. The images of a series are split by orientation
+    (:data:`ORIENTATION_DECIMALS`); a part with two or more slice positions is a stack; parts with a single position
+    (the one-series-per-slice cine layout, or a lone slice) are pooled by patient, study and orientation into stacks. Each stack gives one volume per cardiac phase, slices ordered by
     position along the normal (not by InstanceNumber). A stack that is not clean is skipped whole, with its series,
     files and reason.
 
@@ -239,8 +245,12 @@ def index_dicom(
     skipped: list[Skipped] = []
     images: dict[str, list[str]] = defaultdict(list)
     problems: dict[str, list[str]] = defaultdict(list)
+    first_of: dict[str, str] = {}
     for f, h in headers.items():
         problem = _first_problem(h)
+        uid = h.get("SOPInstanceUID")
+        if problem is None and uid and first_of.setdefault(str(uid), f) != f:
+            problem = f"the same SOPInstanceUID as {first_of[str(uid)]} (a copy)"
         if problem is None:
             images[str(h["SeriesInstanceUID"])].append(f)
         else:

@@ -50,7 +50,7 @@ def short_axis_orientation(tilt_degrees: float = 30.0) -> tuple[np.ndarray, np.n
 def _uid(*parts: object) -> str:
     from pydicom.uid import generate_uid
 
-    return generate_uid(entropy_srcs=[str(p) for p in parts])
+    return generate_uid(entropy_srcs=["/".join(str(p) for p in parts)])  # joined: frame 1 slice 10 != frame 11 slice 0
 
 
 def _ds(value: float) -> str:
@@ -60,7 +60,7 @@ def _ds(value: float) -> str:
 
 def _slice_dataset(image: np.ndarray, headers: dict, path: Path) -> None:
     from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import ExplicitVRLittleEndian, PYDICOM_IMPLEMENTATION_UID
+    from pydicom.uid import PYDICOM_IMPLEMENTATION_UID, ExplicitVRLittleEndian
 
     meta = FileMetaDataset()
     meta.MediaStorageSOPClassUID = MR_IMAGE_STORAGE

@@ -303,7 +303,8 @@ def data_pipeline_rate(args, settings: dict, epochs: int = 3) -> float:
     """
     from monai.data import DataLoader
 
-    from gcl_monai.data import SliceDataset, ensure_phantom, load_datalist
+    from gcl_monai.bundle import ensure_phantom
+    from gcl_monai.data import SliceDataset, load_datalist
     from gcl_monai.transforms import pretrain_transforms, volume_transforms
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,11 +16,12 @@ ALLOWED = {
     "gradients": set(),
     "networks": set(),
     "data": set(),
-    "transforms": set(),
+    "transforms": {"data"},  # as monai.transforms imports monai.data: H5Reader reads the paths datalists write
+    "bundle": {"data"},
     "engines": {"losses", "gradients", "networks"},
     "handlers": {"engines", "losses", "gradients", "networks"},
-    "benchmark": {"data", "transforms", "engines", "handlers", "losses", "gradients", "networks", "diagnose"},
-    "diagnose": {"data", "transforms", "engines", "handlers", "losses", "gradients", "networks"},
+    "benchmark": {"bundle", "data", "transforms", "engines", "handlers", "losses", "gradients", "networks", "diagnose"},
+    "diagnose": {"bundle", "data", "transforms", "engines", "handlers", "losses", "gradients", "networks"},
     "": {"losses", "gradients", "networks"},  # gcl_monai/__init__.py: the public API
 }
 

@@ -37,11 +37,12 @@ class GCLPretrainer(Trainer):
     SimCLR's positives). It then computes the gradient of every :math:`L^m`
     with respect to the trainable parameters (one ``torch.autograd.grad`` per meta label over the shared forward
     graph), stores them in ``engine.state.task_grads`` and fires :py:attr:`GCLEvents.GRADIENTS_COMPUTED`, at
-    which a combiner handler (GradMitigator, Algorithm 1, or the plain sum of Eq. 2) writes ``param.grad``;
-    then the optimizer steps. The ablations of the paper's Table 4 are therefore choices of ``meta_labels``,
-    ``pixel_loss``, ``grad_filter`` and of the attached handlers.
+    which a combiner handler (GradMitigator, Algorithm 1, or MeanCombiner, the plain mean of Eq. 2) writes
+    ``param.grad``; then the optimizer steps. The ablations of the paper's Table 4 are therefore choices of
+    ``meta_labels``, ``pixel_loss``, ``grad_filter`` and of the attached handlers.
 
-    ``engine.state.output`` holds ``"loss"`` (sum over meta labels), per meta label name ``"img/<name>"`` and
+    ``engine.state.output`` holds ``"loss"`` (the mean of :math:`L^m` over the meta labels, whose gradient is the
+    update without mitigation), per meta label name ``"img/<name>"`` and
     ``"pix/<name>"``, ``"std/img"`` (the mean per-dimension standard deviation of the normalised image-wise
     representations, near 0 when they collapse), ``"cos/img"`` (their mean pairwise cosine similarity, near 1
     when they collapse), ``"pixel_weight"`` (with the pixel branch), ``"lr"``, ``"pace"`` (GradFilter's keep
@@ -218,7 +219,7 @@ class GCLPretrainer(Trainer):
                 f"non-finite loss for meta label(s) {bad} at iteration {engine.state.iteration}: "
                 f"{output}; lower the learning rate or check the inputs."
             )
-        output[Keys.LOSS] = stacked.sum().detach()
+        output[Keys.LOSS] = stacked.mean().detach()
         engine.fire_event(IterationEvents.LOSS_COMPLETED)
 
         params = [p for p in engine.network.parameters() if p.requires_grad]

@@ -899,7 +899,7 @@ def test_run_takes_finished_cells_and_only_evaluates_what_is_missing(tmp_path, m
 
 @pytest.mark.slow
 def test_end_to_end_on_the_phantom(tmp_path):
-    from gcl_monai.data import ensure_phantom
+    from gcl_monai.bundle import ensure_phantom
 
     external = ensure_phantom(tmp_path / "external", num_patients=4, seed=1, image_size=64)
     argv = [

@@ -99,8 +99,8 @@ def test_iteration_outputs_and_update():
 
 
 def test_single_task_sum_equals_plain_backward():
-    """SimCLR with the sum combiner gives exactly the gradient of a plain loss.backward()."""
-    trainer, net, _ = build(meta_labels=(None,), combiner="sum", pixel=False)
+    """SimCLR with the mean combiner gives exactly the gradient of a plain loss.backward()."""
+    trainer, net, _ = build(meta_labels=(None,), combiner="mean", pixel=False)
     batch = next(iter(trainer.data_loader))
     ref = copy.deepcopy(net)
     views = torch.cat([batch["image"], batch["image_2"]])
@@ -207,7 +207,7 @@ def test_atomic_checkpoints_are_complete_whenever_they_exist(tmp_path, monkeypat
     While a checkpoint is being written, no file under a checkpoint name is incomplete and (n_saved=2) the
     previous checkpoint is still there to resume from; this is what a run killed mid-write relies on.
     """
-    trainer, _, save_dict = build(meta_labels=(None,), combiner="sum", pixel=False)
+    trainer, _, save_dict = build(meta_labels=(None,), combiner="mean", pixel=False)
     AtomicCheckpointSaver(
         str(tmp_path), save_dict, save_final=False, save_interval=1, epoch_level=True, n_saved=2
     ).attach(trainer)
@@ -298,7 +298,7 @@ def test_collapse_detector_acts_after_patience_consecutive_iterations():
 
 
 def test_encoder_export_loads_into_basic_unet(tmp_path):
-    trainer, net, _ = build(meta_labels=(None,), combiner="sum", pixel=False)
+    trainer, net, _ = build(meta_labels=(None,), combiner="mean", pixel=False)
     EncoderExporter(net, tmp_path / "encoder.pt").attach(trainer)
     trainer.run()
     unet = BasicUNet(spatial_dims=2, out_channels=4, features=FEATURES)
@@ -355,9 +355,10 @@ def test_pixel_warmup_and_embedding_statistics():
     trainer.run()  # 2 iterations per epoch: t = 1..4
     assert [r["pixel_weight"] for r in records] == pytest.approx([0.25, 0.5, 0.75, 1.0])
     for r in records:
-        img = sum(v for k, v in r.items() if k.startswith("img/"))
+        img = [v for k, v in r.items() if k.startswith("img/")]
         pix = sum(v for k, v in r.items() if k.startswith("pix/"))
-        assert r["loss"] == pytest.approx(img + r["pixel_weight"] * pix, rel=1e-5)
+        assert len(img) == 3  # "loss" is the mean over the meta labels, not their sum
+        assert r["loss"] == pytest.approx((sum(img) + r["pixel_weight"] * pix) / len(img), rel=1e-5)
     # cos/img: mean off-diagonal cosine of the last batch's image embeddings
     unit = torch.nn.functional.normalize(outputs["img"], dim=1)
     cos = unit @ unit.T

@@ -304,6 +304,28 @@ def test_inference_writes_label_maps_with_the_input_geometry(demo_root, tmp_path
     assert set(np.unique(np.asarray(out.dataobj))) <= {0, 1, 2, 3}
 
 
+def test_demo_chain_runs_the_three_workflows_on_its_own_budget(monkeypatch):
+    """``demo.json`` runs pre-training, fine-tuning and evaluation in this order with the demo's shorter budget
+    (about 3 minutes on 2 CPU cores); ``train.json`` keeps the dataset bundles' budget."""
+    import monai.bundle
+    from monai.bundle import ConfigParser
+
+    calls = []
+    monkeypatch.setattr(monai.bundle, "run", lambda run_id, **kwargs: calls.append((run_id, kwargs)))
+    parser = ConfigParser()
+    parser.read_config(str(DEMO / "demo.json"))
+    parser.get_parsed_content("run")
+    assert [(run_id, Path(kw["config_file"]).name) for run_id, kw in calls] == [
+        ("pretrain", "pretrain.json"), ("run", "train.json"), ("run", "evaluate.json")]
+    (_, pretrain), (_, finetune), (_, evaluate) = calls
+    assert pretrain["method"] == finetune["init"] == evaluate["init"] == "gcl"
+    assert finetune["num_labeled"] == evaluate["num_labeled"] == 1
+    train = ConfigParser.load_config_file(str(DEMO / "train.json"))
+    pretrain_defaults = ConfigParser.load_config_file(str(DEMO / "pretrain.json"))
+    assert finetune["epochs"] * finetune["iterations_per_epoch"] == 200 < train["epochs"] * train["iterations_per_epoch"]
+    assert pretrain["epochs"] == 6 < pretrain_defaults["epochs"]
+
+
 def test_ckpt_export_torchscript(demo_root, tmp_path):
     cmd = [sys.executable, "-m", "monai.bundle", "ckpt_export", "network_def", "--filepath", str(tmp_path / "model.ts"),
            "--ckpt_file", str(demo_root / "models" / "model.pt"), "--meta_file", str(DEMO / "metadata.json"),

@@ -336,6 +336,40 @@ def test_ckpt_export_torchscript(demo_root, tmp_path):
     assert ts(torch.rand(1, 1, 32, 32)).shape == (1, 4, 32, 32)
 
 
+def test_onnx_export_matches_pytorch_on_a_phantom_slice(demo_root, tmp_path):
+    """MONAI's ``onnx_export`` of the fine-tuned network (docs/bundles.md, "Export"), run by onnxruntime with a
+    dynamic batch, gives the PyTorch network's output on phantom slices prepared by the bundle's own inference
+    transforms."""
+    for module in ("onnx", "onnxscript"):
+        pytest.importorskip(module, reason="the 'onnx' extra is not installed")
+    ort = pytest.importorskip("onnxruntime", reason="the 'onnx' extra is not installed")
+    from monai.bundle import ConfigParser
+
+    converter = "{'input_names': ['image'], 'output_names': ['pred'], 'dynamic_axes': {'image': {0: 'batch'}}}"
+    cmd = [sys.executable, "-m", "monai.bundle", "onnx_export", "network_def", "--filepath",
+           str(tmp_path / "model.onnx"), "--ckpt_file", str(demo_root / "models" / "model.pt"), "--meta_file",
+           str(DEMO / "metadata.json"), "--config_file", str(DEMO / "inference.json"), "--bundle_root", str(demo_root),
+           "--features", json.dumps(TINY["features"]), "--input_shape", "[1, 1, 32, 32]", "--converter_kwargs",
+           converter]
+    subprocess.run(cmd, check=True, cwd=REPO, capture_output=True)
+
+    parser = ConfigParser()
+    parser.read_config(str(DEMO / "inference.json"))
+    parser.update({"bundle_root": str(demo_root), "image_size": TINY["image_size"], "features": TINY["features"]})
+    image = demo_root / "outputs" / "phantom" / "training" / "patient001" / "patient001_frame01.nii.gz"
+    volume = parser.get_parsed_content("preprocessing")({"image": str(image)})["image"].as_tensor()  # (1, H, W, D)
+    slices = volume.permute(3, 0, 1, 2)[[0, volume.shape[-1] // 2]].contiguous()  # two slices, (2, 1, 32, 32)
+    network = parser.get_parsed_content("network_def")
+    network.load_state_dict(torch.load(demo_root / "models" / "model.pt", weights_only=True))
+    with torch.no_grad():
+        expected = network.eval()(slices).numpy()
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = session.run(["pred"], {"image": slices.numpy()})
+    assert got.shape == expected.shape == (2, 4, 32, 32)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert (got.argmax(1) == expected.argmax(1)).all()
+
+
 ABLATIONS = {
     "simclr": {"meta_labels": [None], "pixel_branch": False, "mitigate": False},
     "meta_quantile": {"meta_labels": ["slice_quantile"], "pixel_branch": False},

@@ -56,7 +56,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from benchmarks.bench_grad_filter import closed_form_vs_autograd
 from gcl_monai.engines import GCLPretrainer
 from gcl_monai.gradients import GradMitigator, MeanCombiner
-from gcl_monai.handlers import GradMitigatorHandler
+from gcl_monai.handlers import EmbeddingSpread, GradientCombinerHandler
 from gcl_monai.losses import GradFilter, LastLayerJacobian, PixelContrastiveLoss
 from gcl_monai.networks import GCLNet
 from gcl_monai.transforms import BatchContrastiveViews
@@ -147,7 +147,8 @@ def build(variant: str, args, device, batched_backward: bool = False):
     )
     m = len(spec["meta_labels"])
     combiner = GradMitigator(m) if spec["mitigate"] else MeanCombiner(m)
-    GradMitigatorHandler(combiner).attach(trainer)
+    GradientCombinerHandler(combiner).attach(trainer)
+    EmbeddingSpread().attach(trainer)  # the collapse statistics every bundle run computes
     trainer.state.device = torch.device(device)
     return trainer, combiner
 

@@ -164,7 +164,11 @@ def run_iterations(trainer, batch, count: int, sync) -> list[float]:
     return times
 
 
-GRAD_FILTER_PARTS = ((LastLayerJacobian, "from_output"), (PixelContrastiveLoss, "_magnitudes"), (GradFilter, "keep_mask"))
+GRAD_FILTER_PARTS = (
+    (LastLayerJacobian, "from_output"),
+    (PixelContrastiveLoss, "_magnitudes"),
+    (GradFilter, "keep_mask"),
+)
 
 
 def time_variants(args, device: str) -> tuple[dict, dict]:
@@ -324,7 +328,9 @@ def data_pipeline_rate(args, settings: dict, epochs: int = 3) -> float:
         return count / elapsed
 
 
-def bare_step_times(network: torch.nn.Module, loss_fn, batch_size: int, channels: int, args, device: str) -> list[float]:
+def bare_step_times(
+    network: torch.nn.Module, loss_fn, batch_size: int, channels: int, args, device: str
+) -> list[float]:
     """Seconds of ``warmup + iterations`` bare forward/backward/Adam steps of ``network`` on a fixed random batch
     (the first ``warmup`` dropped)."""
     sync = synchronizer(device)
@@ -481,14 +487,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{'variant':33s} {'GFLOP':>8s} {'x SimCLR':>9s} {'GradFilter':>11s}")
         for name, f in flops.items():
             f["ratio_to_simclr"] = f["flops"] / flops["simclr"]["flops"]
-            print(f"{name:33s} {f['flops'] / 1e9:8.1f} {f['ratio_to_simclr']:9.2f} {100 * f['grad_filter_flop_share']:10.1f}%")
+            share = 100 * f["grad_filter_flop_share"]
+            print(f"{name:33s} {f['flops'] / 1e9:8.1f} {f['ratio_to_simclr']:9.2f} {share:10.1f}%")
         payload["flops"] = flops
 
     if "closed_form" in args.parts:
         closed = closed_form_vs_autograd(argparse.Namespace(small_size=128), device=args.device)
         print(f"GradFilter closed form vs autograd per positive ({closed['positives']} positives): "
               f"{closed['closed_form_s'] * 1e3:.1f} ms vs {closed['autograd_s'] * 1e3:.0f} ms = "
-              f"{closed['speedup']:.0f}x (GPU >= 100x), max relative difference {closed['max_relative_difference']:.1e}")
+              f"{closed['speedup']:.0f}x (GPU >= 100x), "
+              f"max relative difference {closed['max_relative_difference']:.1e}")
         payload["closed_form_vs_autograd"] = closed
 
     if "loader" in args.parts:

@@ -60,7 +60,9 @@ class TaskGradients:
             raise RuntimeError("the per-meta-label gradients of this iteration were applied already.")
         combined = list(combined)
         if len(combined) != len(self.params):
-            raise ValueError(f"expected {len(self.params)} combined gradients (one per parameter), got {len(combined)}.")
+            raise ValueError(
+                f"expected {len(self.params)} combined gradients (one per parameter), got {len(combined)}."
+            )
         for param, grad in zip(self.params, combined):
             param.grad = grad
         self.grads = None

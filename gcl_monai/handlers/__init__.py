@@ -8,3 +8,19 @@ from .epoch_seed import EpochSeedHandler
 from .gradient_combiner import GradientCombinerHandler
 from .pace_handler import GradFilterPaceHandler
 from .shrink_perturb import ShrinkPerturb
+
+__all__ = [
+    "AtomicCheckpointSaver",
+    "latest_checkpoint",
+    "CollapseDetector",
+    "RepresentationCollapse",
+    "DiceSummary",
+    "BroadcastParameters",
+    "EpochLengthAdapter",
+    "EmbeddingSpread",
+    "EncoderExporter",
+    "EpochSeedHandler",
+    "GradientCombinerHandler",
+    "GradFilterPaceHandler",
+    "ShrinkPerturb",
+]

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 from monai.bundle import ConfigWorkflow
-from monai.transforms import LoadImage
 from monai.networks.nets import BasicUNet
+from monai.transforms import LoadImage
 
 from gcl_monai.benchmark.report import read_scalars
 
@@ -322,7 +322,8 @@ def test_demo_chain_runs_the_three_workflows_on_its_own_budget(monkeypatch):
     assert finetune["num_labeled"] == evaluate["num_labeled"] == 1
     train = ConfigParser.load_config_file(str(DEMO / "train.json"))
     pretrain_defaults = ConfigParser.load_config_file(str(DEMO / "pretrain.json"))
-    assert finetune["epochs"] * finetune["iterations_per_epoch"] == 200 < train["epochs"] * train["iterations_per_epoch"]
+    budget = finetune["epochs"] * finetune["iterations_per_epoch"]
+    assert budget == 200 < train["epochs"] * train["iterations_per_epoch"]
     assert pretrain["epochs"] == 6 < pretrain_defaults["epochs"]
 
 

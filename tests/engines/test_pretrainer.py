@@ -5,10 +5,9 @@ from pathlib import Path
 import pytest
 import torch
 from ignite.engine import Engine, Events
+from monai.engines.utils import IterationEvents
 from monai.handlers import CheckpointLoader
 from monai.networks.nets import BasicUNet
-
-from monai.engines.utils import IterationEvents
 
 from gcl_monai.engines import GCLPretrainer, TaskGradients
 from gcl_monai.gradients import GradMitigator, MeanCombiner

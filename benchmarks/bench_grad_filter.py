@@ -103,7 +103,7 @@ def pixel_loss_scaling(args) -> list[dict]:
         pix = out["pix"].detach().requires_grad_(True)
         saved = [0]
 
-        def pack(t):
+        def pack(t, saved=saved):
             saved[0] += t.numel() * t.element_size()
             return t
 

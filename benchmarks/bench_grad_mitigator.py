@@ -166,14 +166,14 @@ def main() -> None:
         for num_tasks in args.tasks:
             grads = [[torch.randn(s, generator=gen, device=device) for s in shapes] for _ in range(num_tasks)]
             summer = MeanCombiner(num_tasks)
-            sum_ms = time_ms(lambda: summer.combine(grads), args.repeats, device)
+            sum_ms = time_ms(lambda summer=summer, grads=grads: summer.combine(grads), args.repeats, device)
             for granularity in args.granularities:
                 mitigator = GradMitigator(num_tasks, granularity=granularity)
-                vec_ms = time_ms(lambda: mitigator.combine(grads), args.repeats, device)
+                vec_ms = time_ms(lambda m=mitigator, grads=grads: m.combine(grads), args.repeats, device)
                 naive_ms = None
                 if not args.no_naive:
                     naive = NaiveGradMitigator(num_tasks, granularity=granularity)
-                    naive_ms = time_ms(lambda: naive.combine(grads), args.repeats, device)
+                    naive_ms = time_ms(lambda naive=naive, grads=grads: naive.combine(grads), args.repeats, device)
                 row = {
                     "numel": numel,
                     "num_tensors": len(shapes),

@@ -56,7 +56,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from benchmarks.bench_grad_filter import closed_form_vs_autograd
 from gcl_monai.engines import GCLPretrainer
 from gcl_monai.gradients import GradMitigator, MeanCombiner
-from gcl_monai.handlers import GradMitigatorHandler
+from gcl_monai.handlers import EmbeddingSpread, GradientCombinerHandler
 from gcl_monai.losses import GradFilter, LastLayerJacobian, PixelContrastiveLoss
 from gcl_monai.networks import GCLNet
 from gcl_monai.transforms import BatchContrastiveViews
@@ -147,7 +147,8 @@ def build(variant: str, args, device, batched_backward: bool = False):
     )
     m = len(spec["meta_labels"])
     combiner = GradMitigator(m) if spec["mitigate"] else MeanCombiner(m)
-    GradMitigatorHandler(combiner).attach(trainer)
+    GradientCombinerHandler(combiner).attach(trainer)
+    EmbeddingSpread().attach(trainer)  # the collapse statistics every bundle run computes
     trainer.state.device = torch.device(device)
     return trainer, combiner
 
@@ -163,7 +164,11 @@ def run_iterations(trainer, batch, count: int, sync) -> list[float]:
     return times
 
 
-GRAD_FILTER_PARTS = ((LastLayerJacobian, "from_output"), (PixelContrastiveLoss, "_magnitudes"), (GradFilter, "keep_mask"))
+GRAD_FILTER_PARTS = (
+    (LastLayerJacobian, "from_output"),
+    (PixelContrastiveLoss, "_magnitudes"),
+    (GradFilter, "keep_mask"),
+)
 
 
 def time_variants(args, device: str) -> tuple[dict, dict]:
@@ -303,7 +308,8 @@ def data_pipeline_rate(args, settings: dict, epochs: int = 3) -> float:
     """
     from monai.data import DataLoader
 
-    from gcl_monai.data import SliceDataset, ensure_phantom, load_datalist
+    from gcl_monai.bundle import ensure_phantom
+    from gcl_monai.data import SliceDataset, load_datalist
     from gcl_monai.transforms import pretrain_transforms, volume_transforms
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -322,7 +328,9 @@ def data_pipeline_rate(args, settings: dict, epochs: int = 3) -> float:
         return count / elapsed
 
 
-def bare_step_times(network: torch.nn.Module, loss_fn, batch_size: int, channels: int, args, device: str) -> list[float]:
+def bare_step_times(
+    network: torch.nn.Module, loss_fn, batch_size: int, channels: int, args, device: str
+) -> list[float]:
     """Seconds of ``warmup + iterations`` bare forward/backward/Adam steps of ``network`` on a fixed random batch
     (the first ``warmup`` dropped)."""
     sync = synchronizer(device)
@@ -479,14 +487,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{'variant':33s} {'GFLOP':>8s} {'x SimCLR':>9s} {'GradFilter':>11s}")
         for name, f in flops.items():
             f["ratio_to_simclr"] = f["flops"] / flops["simclr"]["flops"]
-            print(f"{name:33s} {f['flops'] / 1e9:8.1f} {f['ratio_to_simclr']:9.2f} {100 * f['grad_filter_flop_share']:10.1f}%")
+            share = 100 * f["grad_filter_flop_share"]
+            print(f"{name:33s} {f['flops'] / 1e9:8.1f} {f['ratio_to_simclr']:9.2f} {share:10.1f}%")
         payload["flops"] = flops
 
     if "closed_form" in args.parts:
         closed = closed_form_vs_autograd(argparse.Namespace(small_size=128), device=args.device)
         print(f"GradFilter closed form vs autograd per positive ({closed['positives']} positives): "
               f"{closed['closed_form_s'] * 1e3:.1f} ms vs {closed['autograd_s'] * 1e3:.0f} ms = "
-              f"{closed['speedup']:.0f}x (GPU >= 100x), max relative difference {closed['max_relative_difference']:.1e}")
+              f"{closed['speedup']:.0f}x (GPU >= 100x), "
+              f"max relative difference {closed['max_relative_difference']:.1e}")
         payload["closed_form_vs_autograd"] = closed
 
     if "loader" in args.parts:

@@ -10,7 +10,8 @@ and the ``monai.bundle`` tools work on it unchanged, also after it is copied els
 
 Every config of ``common`` is generated for every bundle folder of ``bundle_sources`` (a bundle without its own file
 for a config takes the common one as it is); ``logging.conf`` is copied; ``metadata.json`` and
-``gcl_demo``'s ``demo.json`` are written in the bundles directly (see ``docs/architecture.md``, "One source for the bundles").
+``gcl_demo``'s ``demo.json`` are written in the bundles directly (see ``docs/architecture.md``, "One source for the
+bundles").
 """
 
 from __future__ import annotations

@@ -16,12 +16,14 @@ ALLOWED = {
     "gradients": set(),
     "networks": set(),
     "data": set(),
-    "transforms": set(),
+    "transforms": {"data"},  # as monai.transforms imports monai.data: H5Reader reads the paths datalists write
+    "bundle": {"data"},
     "engines": {"losses", "gradients", "networks"},
     "handlers": {"engines", "losses", "gradients", "networks"},
     "probe": {"data", "transforms", "networks"},
-    "benchmark": {"data", "transforms", "engines", "handlers", "losses", "gradients", "networks", "diagnose", "probe"},
-    "diagnose": {"data", "transforms", "engines", "handlers", "losses", "gradients", "networks", "probe"},
+    "benchmark": {"bundle", "data", "transforms", "engines", "handlers", "losses", "gradients", "networks", "diagnose",
+                  "probe"},
+    "diagnose": {"bundle", "data", "transforms", "engines", "handlers", "losses", "gradients", "networks", "probe"},
     "": {"losses", "gradients", "networks"},  # gcl_monai/__init__.py: the public API
 }
 

@@ -24,7 +24,7 @@ from gcl_monai.handlers import (
     BroadcastParameters,
     CollapseDetector,
     EpochLengthAdapter,
-    GradMitigatorHandler,
+    GradientCombinerHandler,
     RepresentationCollapse,
 )
 from gcl_monai.losses import MetaContrastiveLoss, PixelContrastiveLoss, gather_two_view_batch
@@ -109,10 +109,10 @@ def _mitigated_worker(rank: int, port: int, out_dir: str) -> None:
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     trainer = GCLPretrainer("cpu", 1, _batches(rank), net, opt, meta_labels=META)
     mitigator = GradMitigator(len(META))
-    handler = GradMitigatorHandler(mitigator)
+    handler = GradientCombinerHandler(mitigator)
     handler.attach(trainer)
     BroadcastParameters(net).attach(trainer)
-    saved = {"network": net, "mitigator": handler}
+    saved = {"network": net, "mitigator": mitigator}
     AtomicCheckpointSaver(str(Path(out_dir) / f"ckpt{rank}"), saved, save_interval=1).attach(trainer)
     trainer.run()
     torch.save({"params": net.state_dict(), "targets": mitigator.targets}, Path(out_dir) / f"rank{rank}.pt")
@@ -167,8 +167,8 @@ def _gathered_worker(rank: int, port: int, out_dir: str) -> None:
 
     @trainer.on(GCLEvents.GRADIENTS_COMPUTED)
     def grab(engine):
-        saved["grads"] = all_reduce_task_grads(engine.state.task_grads)
-        engine.state.task_grads = None
+        saved["grads"] = all_reduce_task_grads(engine.state.gradients.grads)
+        engine.state.gradients.apply([None] * len(engine.state.gradients.params))  # lr 0: no update
 
     trainer.run()
     saved["img"] = [float(trainer.state.output[f"img/{name}"]) for name in trainer.task_names]
@@ -255,7 +255,7 @@ def test_distributed_sampler_is_reshuffled_every_epoch():
     loader = torch.utils.data.DataLoader(_Indexed(), batch_size=2, sampler=sampler)
     net = _network(seed=0)
     trainer = GCLPretrainer("cpu", 2, loader, net, torch.optim.SGD(net.parameters(), lr=0.0), meta_labels=["index"])
-    GradMitigatorHandler(MeanCombiner(1)).attach(trainer)
+    GradientCombinerHandler(MeanCombiner(1)).attach(trainer)
     seen = {1: [], 2: []}
     trainer.add_event_handler(
         Events.ITERATION_COMPLETED, lambda e: seen[e.state.epoch].extend(e.state.batch["index"].tolist())

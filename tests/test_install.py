@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -33,18 +34,46 @@ print(json.dumps({"package": gcl_monai.__file__, "bundles": str(bundles)}))
 """
 
 
+def _offline_build_missing() -> str | None:
+    """Why this environment cannot build the package's wheel without an index (None when it can)."""
+    if importlib.util.find_spec("setuptools") is None:
+        return "setuptools is not installed"
+    if importlib.util.find_spec("setuptools.command.bdist_wheel") is None and importlib.util.find_spec("wheel") is None:
+        return "neither wheel nor setuptools>=70.1 (which provides bdist_wheel) is installed"
+    return None
+
+
+def _running_site_dirs() -> list[str]:
+    """The site-packages folders of the interpreter running the tests (a virtual environment's own included)."""
+    return [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """A virtual environment (seeing the global packages: torch, MONAI) with gcl-monai installed from this
-    checkout, not editable."""
+    """A fresh virtual environment with gcl-monai installed from this checkout, not editable, that sees the
+    packages of the environment running the tests (torch, MONAI).
+
+    ``venv`` always builds on the base interpreter, whose ``system_site_packages`` are not those of an active virtual
+    environment (a user's ``python -m venv .venv``); a ``.pth`` file therefore lists the running environment's
+    site-packages folders after the new environment's own. Their ``.pth`` files are not read, so an editable
+    install of this checkout there stays invisible."""
+    missing = _offline_build_missing()
+    if missing:
+        pytest.skip(f"the install test builds gcl-monai offline with the running environment's build tools: {missing}"
+                    " (pip install 'gcl-monai[dev]' installs them)")
     root = tmp_path_factory.mktemp("install")
     # a copy of the source: the build writes build/ and *.egg-info next to setup.cfg, not into this checkout
     source = root / "source"
     skip = ("build", "dist", "results", "runs", "outputs", "models", "eval", "work", "*.egg-info", "__pycache__")
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".pytest_cache", *skip))
-    venv.create(root / "venv", system_site_packages=True, with_pip=False)
+    venv.create(root / "venv", system_site_packages=False, with_pip=False)
     python = root / "venv" / "bin" / "python"
-    # the global pip installs into the virtual environment it is run from
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    Path(purelib, "_running_environment.pth").write_text("\n".join(_running_site_dirs()) + "\n")
+    # the running environment's pip installs into the virtual environment it is run from
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", str(source)],
         check=True, cwd=root,

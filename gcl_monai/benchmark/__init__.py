@@ -5,12 +5,12 @@ patients over paired draws, test Dice) run through the bundles with overrides, a
 Command line: ``python -m gcl_monai.benchmark --help`` (see ``docs/benchmark.md``).
 """
 
-from gcl_monai.benchmark.presets import ALL_METHODS, METHODS, PRESETS, Method, Preset, get_preset, preset_cuts
-from gcl_monai.benchmark.power import detectable_difference, pairs_needed
-from gcl_monai.benchmark.report import paired_difference, read_results, write_report
 from gcl_monai.benchmark.bundles import default_bundle_dir
 from gcl_monai.benchmark.experiment import DATASETS, Experiment
 from gcl_monai.benchmark.plan import plan_cells
+from gcl_monai.benchmark.power import detectable_difference, pairs_needed
+from gcl_monai.benchmark.presets import ALL_METHODS, METHODS, PRESETS, Method, Preset, get_preset, preset_cuts
+from gcl_monai.benchmark.report import paired_difference, read_results, write_report
 from gcl_monai.benchmark.runner import run_experiment
 
 __all__ = [

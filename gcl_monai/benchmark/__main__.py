@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gcl_monai.benchmark.presets import METHODS, PRESETS, Preset, finetune_iteration_overrides, get_preset
-from gcl_monai.benchmark.report import BASELINES, POWER_DIFFERENCES, VALIDATION_SET, read_results, write_report
 from gcl_monai.benchmark.bundles import default_bundle_dir
 from gcl_monai.benchmark.experiment import DATASETS, Experiment
+from gcl_monai.benchmark.presets import METHODS, PRESETS, Preset, finetune_iteration_overrides, get_preset
+from gcl_monai.benchmark.report import BASELINES, POWER_DIFFERENCES, VALIDATION_SET, read_results, write_report
 from gcl_monai.benchmark.runner import run_experiment
 
 PROG = "python -m gcl_monai.benchmark"

@@ -22,8 +22,8 @@ from gcl_monai.benchmark.report import read_scalars
 from gcl_monai.benchmark.settings import PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, cell_settings
 from gcl_monai.data import num_slices
 from gcl_monai.handlers import RepresentationCollapse
-from gcl_monai.networks import ENCODER_PREFIXES
 from gcl_monai.losses import chance_level
+from gcl_monai.networks import ENCODER_PREFIXES
 
 __all__ = [
     "STATUS_FILE",

@@ -43,7 +43,7 @@ class Method:
             every meta label of the dataset); None when it has no pre-training of its own.
         pixel_branch: use the pixel-wise contrastive loss (PixCL).
         grad_filter: screen the pixel pairs with GradFilter.
-        mitigate: combine the per-meta-label gradients with GradMitigator (else their sum).
+        mitigate: combine the per-meta-label gradients with GradMitigator (else their mean).
         encoder_of: another method whose pre-trained encoder this one fine-tunes (shared pre-training).
         freeze_encoder: fine-tune the decoder only.
         recipe: the pre-training recipe of the bundles (``"gcl"``: the project's default, ``"paper"``: Eq. 1

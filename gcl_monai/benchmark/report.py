@@ -426,7 +426,7 @@ def plot_pretrain_curves(curves: Mapping[str, dict], plan: Mapping[str, Any], pa
             axes[2].plot(s_steps[: len(_smooth(std))], _smooth(std), color=colour, label=method)
     axes[2].axhline(1e-3, color="k", ls=":", lw=1)
     titles = (
-        "loss (sum over meta labels)",
+        "loss (mean over meta labels)",
         "image-wise loss (mean over meta labels); ln(2B-1) dotted",
         "std/img (collapse below the dotted line)",
     )

@@ -22,7 +22,6 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
-from typing import Union
 
 import torch
 
@@ -31,7 +30,7 @@ from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 
 __all__ = ["InlineExecutor", "on_device", "run_cell", "run_cells", "worker_threads"]
 
-Cell = Union[PretrainCell, FinetuneCell]
+Cell = PretrainCell | FinetuneCell
 
 
 def on_device(cell: Cell, device: str | None) -> Cell:

@@ -6,7 +6,9 @@ import importlib
 from gcl_monai.data.acdc import ACDC_GROUPS, ACDC_LABEL_NAMES, read_acdc, read_acdc_h5, read_acdc_official
 from gcl_monai.data.datalist import (
     DERIVED_META_KEYS,
+    H5_CONFIG_SEPARATOR,
     H5_KEY_SEPARATOR,
+    H5_SUFFIXES,
     META_LABEL_NAMES,
     DatalistError,
     assign_patient_ids,
@@ -34,15 +36,11 @@ from gcl_monai.data.splits import (
     unlabeled_subset,
 )
 
-# imported on first use: the phantom (so `python -m gcl_monai.data.phantom` runs it only once), and the
-# bundle glue and slice dataset (torch-heavy)
+# imported on first use: the phantom (so `python -m gcl_monai.data.phantom` runs it only once) and the slice
+# dataset (torch-heavy)
 _LAZY_EXPORTS = {
     "generate_acdc_phantom": "phantom",
     "synthesize_patient": "phantom",
-    "ensure_phantom": "bundle_setup",
-    "check_switches": "bundle_setup",
-    "load_or_create_split": "bundle_setup",
-    "set_float32_matmul_precision": "bundle_setup",
     "SliceDataset": "slice_dataset",
     "SliceRecord": "slice_dataset",
 }
@@ -62,7 +60,9 @@ __all__ = [
     "ACDC_GROUPS",
     "ACDC_LABEL_NAMES",
     "DERIVED_META_KEYS",
+    "H5_CONFIG_SEPARATOR",
     "H5_KEY_SEPARATOR",
+    "H5_SUFFIXES",
     "HVSMR_LABEL_NAMES",
     "META_LABEL_NAMES",
     "MMWHS_LABEL_NAMES",
@@ -75,17 +75,14 @@ __all__ = [
     "SliceDataset",
     "SliceRecord",
     "assign_patient_ids",
-    "check_switches",
     "detect_layout",
     "encode_meta_labels",
-    "ensure_phantom",
     "generate_acdc_phantom",
     "h5_path",
     "inference_datalist",
     "labeled_pool",
     "labeled_subset",
     "load_datalist",
-    "load_or_create_split",
     "load_split",
     "meta_num_classes",
     "num_slices",
@@ -98,7 +95,6 @@ __all__ = [
     "read_mmwhs",
     "read_prostate",
     "save_split",
-    "set_float32_matmul_precision",
     "split_h5_path",
     "split_patients",
     "synthesize_patient",

@@ -15,6 +15,7 @@ A *datalist* is a ``list[dict]`` with one dict per 3D volume, ready for :class:`
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,12 @@ logger = logging.getLogger("gcl_monai.data")
 
 H5_KEY_SEPARATOR = "#"
 """Separates an HDF5 file path from the name of the HDF5 dataset inside it."""
+
+H5_CONFIG_SEPARATOR = "::"
+"""What :data:`H5_KEY_SEPARATOR` becomes in a MONAI bundle config (its ``ConfigParser`` rewrites ``#`` as ``::``)."""
+
+H5_SUFFIXES = (".h5", ".hdf5", ".hdf")
+"""File suffixes (case-insensitive) of HDF5 volumes."""
 
 META_LABEL_NAMES = ("patient_id", "slice_quantile", "organ_state")
 """Meta labels used throughout the project (Sec. 4.2 of the paper)."""
@@ -89,12 +96,27 @@ def h5_path(path: str | Path, key: str) -> str:
     return f"{path}{H5_KEY_SEPARATOR}{key}"
 
 
-def split_h5_path(path: str) -> tuple[str, str | None]:
-    """Split ``"file.h5#key"`` into ``("file.h5", "key")``; other paths give ``(path, None)``."""
-    base, sep, key = str(path).rpartition(H5_KEY_SEPARATOR)
-    if sep and base.lower().endswith((".h5", ".hdf5")):
-        return base, key
-    return str(path), None
+def split_h5_path(path: str | os.PathLike, default_dataset: str | None = None) -> tuple[str, str | None]:
+    """
+    Split ``"file.h5#dataset"`` into the HDF5 file and the name of the dataset inside it.
+
+    ``"file.h5::dataset"`` is read the same way: MONAI's bundle ``ConfigParser`` rewrites a ``#`` in every string of
+    a config as its id separator ``::``. Only a file part ending in one of :data:`H5_SUFFIXES` is split, so a
+    ``#`` elsewhere in a NIfTI path is kept.
+
+    Args:
+        path: a datalist path, optionally ``<file>#<dataset>``.
+        default_dataset: the dataset name returned for an HDF5 path that names none, and for any other path.
+
+    Returns:
+        ``(file_path, dataset_name)``, with ``default_dataset`` as the name when ``path`` names no HDF5 dataset.
+    """
+    text = os.fspath(path)
+    for sep in (H5_KEY_SEPARATOR, H5_CONFIG_SEPARATOR):
+        base, found, key = text.rpartition(sep)
+        if found and base.lower().endswith(H5_SUFFIXES):
+            return base, key or default_dataset
+    return text, default_dataset
 
 
 def nifti_shape(path: str | Path) -> tuple[int, ...]:

@@ -52,11 +52,7 @@ def representation_measures(engine, max_batches: int = 8) -> dict[str, float]:
     for i, batch in enumerate(engine.data_loader):
         if i >= max_batches:
             break
-        device = engine.state.device
-        if engine.device_views is None:
-            views = torch.cat([torch.as_tensor(batch[k]) for k in engine.view_keys]).to(device)
-        else:
-            views = torch.cat(tuple(engine.device_views(torch.as_tensor(batch[engine.view_keys[0]]).to(device))))
+        views = engine._views(batch)  # the two views of each image, as the pre-training draws them
         out = network(views)
         half = views.shape[0] // 2
         img.append(out["img"].view(2, half, -1).cpu())

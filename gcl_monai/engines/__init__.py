@@ -1,4 +1,15 @@
-from .events import GCLEvents
+from .events import GCLEvents, TaskGradients
 from .inference import CasesFailed, segment_each_case
 from .pretrainer import SIMCLR_TASK, GCLPretrainer
 from .semi_supervised import SEMI_SUPERVISED_METHODS, SemiSupervisedTrainer
+
+__all__ = [
+    "GCLEvents",
+    "TaskGradients",
+    "CasesFailed",
+    "segment_each_case",
+    "SIMCLR_TASK",
+    "GCLPretrainer",
+    "SEMI_SUPERVISED_METHODS",
+    "SemiSupervisedTrainer",
+]

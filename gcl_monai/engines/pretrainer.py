@@ -19,7 +19,7 @@ from gcl_monai.losses import (
     gather_two_view_batch,
 )
 
-from .events import GCLEvents
+from .events import GCLEvents, TaskGradients
 
 __all__ = ["GCLPretrainer", "SIMCLR_TASK"]
 
@@ -31,22 +31,31 @@ class GCLPretrainer(Trainer):
     """
     Contrastive pre-training with multi-perspective meta labels (Wu et al., ACM MM 2023, Sec. 3.4).
 
-    Each iteration concatenates the two views of the batch (``view_keys``, or those ``device_views`` makes on the
-    device from the batch's slices), runs the network once, and computes for each meta label m the loss
-    :math:`L^m = L^m_{img} + w_{pix} L^m_{pix}` (Eq. 1 and 5; a ``None`` meta label means "no meta label", i.e.
-    SimCLR's positives). It then computes the gradient of every :math:`L^m`
-    with respect to the trainable parameters (one ``torch.autograd.grad`` per meta label over the shared forward
-    graph), stores them in ``engine.state.task_grads`` and fires :py:attr:`GCLEvents.GRADIENTS_COMPUTED`, at
-    which a combiner handler (GradMitigator, Algorithm 1, or the plain sum of Eq. 2) writes ``param.grad``;
-    then the optimizer steps. The ablations of the paper's Table 4 are therefore choices of ``meta_labels``,
-    ``pixel_loss``, ``grad_filter`` and of the attached handlers.
+    One iteration (:meth:`_iteration`), in named steps:
 
-    ``engine.state.output`` holds ``"loss"`` (sum over meta labels), per meta label name ``"img/<name>"`` and
-    ``"pix/<name>"``, ``"std/img"`` (the mean per-dimension standard deviation of the normalised image-wise
-    representations, near 0 when they collapse), ``"cos/img"`` (their mean pairwise cosine similarity, near 1
-    when they collapse), ``"pixel_weight"`` (with the pixel branch), ``"lr"``, ``"pace"`` (GradFilter's keep
-    fraction, with the pixel branch and a GradFilter), plus whatever the combiner handler reports in
-    ``engine.state.gradient_stats``.
+        1. :meth:`_views`: the two views of the batch (``view_keys``, or those ``device_views`` draws on the device
+           from the batch's slices), concatenated; one forward pass of the network; ``IterationEvents.
+           FORWARD_COMPLETED`` with the network's outputs in ``engine.state.output[Keys.PRED]``, where
+           :py:class:`gcl_monai.handlers.EmbeddingSpread` adds the collapse statistics ``"std/img"``, ``"cos/img"``.
+        2. :meth:`_task_losses`: for each meta label m, :math:`L^m = L^m_{img} + w_{pix} L^m_{pix}` (Eq. 1 and
+           5-6; a ``None`` meta label means SimCLR's positives), ``w_pix`` from :meth:`current_pixel_weight`;
+           ``IterationEvents.LOSS_COMPLETED``.
+        3. :meth:`_apply_task_gradients`: the gradient of every :math:`L^m` with respect to the trainable parameters
+           (:py:func:`gcl_monai.gradients.task_gradients` over the shared forward graph) as a
+           :py:class:`gcl_monai.engines.TaskGradients` in ``engine.state.gradients``;
+           :py:attr:`GCLEvents.GRADIENTS_COMPUTED`, at which a handler applies their combination to ``param.grad``
+           (:py:class:`gcl_monai.handlers.GradientCombinerHandler` with GradMitigator, Algorithm 1, or with
+           MeanCombiner, the plain mean of Eq. 2).
+        4. The optimizer steps; ``IterationEvents.MODEL_COMPLETED``.
+
+    The ablations of the paper's Table 4 are therefore choices of ``meta_labels``, ``pixel_loss``, ``grad_filter``
+    and of the attached handlers.
+
+    ``engine.state.output`` holds ``"loss"`` (the mean of :math:`L^m` over the meta labels, whose gradient is the
+    update without mitigation), per meta label name ``"img/<name>"`` and ``"pix/<name>"``, ``"pixel_weight"`` (with
+    the pixel branch), ``"lr"``, ``"pace"`` (GradFilter's keep fraction, with the pixel branch and a GradFilter),
+    what the handlers add (``"std/img"``, ``"cos/img"``) and the statistics applied with the gradients
+    (:py:attr:`TaskGradients.stats`, e.g. GradMitigator's cosines and targets).
 
     Args:
         device: device of the network.
@@ -74,7 +83,7 @@ class GCLPretrainer(Trainer):
             (and, with a meta label, possible positives) of every other rank's, as in SimCLR's distributed
             training, and every rank computes the same loss value; its gradient flows back to each rank's
             embeddings so that the per-meta-label gradients averaged over the ranks by
-            :py:class:`gcl_monai.handlers.GradMitigatorHandler` equal the single-process gradients on the
+            :py:class:`gcl_monai.handlers.GradientCombinerHandler` equal the single-process gradients on the
             concatenated batch. The pixel-wise loss stays per rank (its positives and negatives are pixels of the
             rank's own images). Defaults to False: each rank's loss is the single-GPU loss of its own batch, so the
             objective (number of negatives, meta-label positives, hence the tuned temperature and batch size)
@@ -89,7 +98,7 @@ class GCLPretrainer(Trainer):
     Raises:
         ValueError: when ``meta_labels`` is empty, ``pixel_warmup`` is negative, or a batch lacks a meta label
             (named in the message).
-        RuntimeError: when a loss is not finite, or no combiner handler consumed the gradients.
+        RuntimeError: when a loss is not finite, or no handler applied the gradients.
     """
 
     def __init__(
@@ -152,7 +161,21 @@ class GCLPretrainer(Trainer):
         """Names of the meta labels in logs (``"simclr"`` for None)."""
         return [SIMCLR_TASK if m is None else str(m) for m in self.meta_labels]
 
+    def _views(self, batchdata: dict) -> torch.Tensor:
+        """The two views of the batch concatenated, ``(2B, C, H, W)`` on the engine's device (drawn there by
+        ``device_views`` when it is set)."""
+        to_device = {"non_blocking": self.non_blocking, **self.to_kwargs}
+        if self.device_views is None:
+            return torch.cat([torch.as_tensor(batchdata[k]) for k in self.view_keys]).to(self.state.device, **to_device)
+        slices = torch.as_tensor(batchdata[self.view_keys[0]]).to(self.state.device, **to_device)
+        return torch.cat(tuple(self.device_views(slices)))
+
     def _labels(self, batchdata: dict) -> list[torch.Tensor | None]:
+        """One ``(B,)`` label tensor per meta label (None for SimCLR's positives).
+
+        Raises:
+            ValueError: when the batch lacks a meta label.
+        """
         labels = []
         for m in self.meta_labels:
             if m is None:
@@ -163,77 +186,87 @@ class GCLPretrainer(Trainer):
             labels.append(torch.as_tensor(batchdata[m]).to(self.state.device).long().view(-1))
         return labels
 
-    def _iteration(self, engine: GCLPretrainer, batchdata: dict) -> dict:
-        if batchdata is None:
-            raise ValueError("Must provide batch data for current iteration.")
-        if engine.device_views is None:
-            views = torch.cat([torch.as_tensor(batchdata[k]) for k in engine.view_keys]).to(
-                engine.state.device, non_blocking=engine.non_blocking, **engine.to_kwargs
-            )
-        else:  # one un-augmented slice per item: the views are drawn for the whole batch on the device
-            slices = torch.as_tensor(batchdata[engine.view_keys[0]]).to(
-                engine.state.device, non_blocking=engine.non_blocking, **engine.to_kwargs
-            )
-            views = torch.cat(tuple(engine.device_views(slices)))
-        labels = engine._labels(batchdata)
-        engine.network.train()
-        engine.optimizer.zero_grad(set_to_none=True)
-        out = engine.network(views)
-        engine.fire_event(IterationEvents.FORWARD_COMPLETED)
+    def current_pixel_weight(self) -> float:
+        """The weight of the pixel-wise losses at this iteration: ``pixel_weight * min(1, t / pixel_warmup)``."""
+        if self.pixel_warmup == 0:
+            return self.pixel_weight
+        return self.pixel_weight * min(1.0, self.state.iteration / self.pixel_warmup)
 
+    def _task_losses(self, out: dict, labels: list[torch.Tensor | None], output: dict) -> list[torch.Tensor]:
+        """
+        :math:`L^m = L^m_{img} + w_{pix} L^m_{pix}` for every meta label m (Eq. 1 and 5-6), their terms logged in
+        ``output``.
+
+        Raises:
+            RuntimeError: when a loss is not finite (the meta labels are named).
+        """
         # the closed-form Jacobian is only needed while GradFilter drops positives (pace below 1)
-        filtering = (
-            engine.pixel_loss is not None and engine.grad_filter is not None and engine.grad_filter.keep_fraction < 1
-        )
-        jacobian = LastLayerJacobian.from_output(engine.network, out) if filtering else None
-        # per-dimension std of the normalised image-wise representations; ~0 means collapse
-        unit = torch.nn.functional.normalize(out["img"].detach(), dim=1)
-        num_rows = unit.shape[0]
-        mean_cos = (unit.sum(0).square().sum() - num_rows) / (num_rows * (num_rows - 1))
-        output: dict = {"std/img": unit.std(0).mean(), "cos/img": mean_cos}
+        filtering = self.pixel_loss is not None and self.grad_filter is not None and self.grad_filter.keep_fraction < 1
+        jacobian = LastLayerJacobian.from_output(self.network, out) if filtering else None
         img, img_labels = out["img"], labels
-        if engine.gather_negatives:
+        if self.gather_negatives:
             img, img_labels = gather_two_view_batch(img, labels)
         pixel_losses = [None] * len(labels)
-        pixel_weight = engine.pixel_weight
-        if engine.pixel_warmup > 0:
-            pixel_weight *= min(1.0, engine.state.iteration / engine.pixel_warmup)
-        if engine.pixel_loss is not None:  # one pass over the (anchor, positive) image pairs of all meta labels
+        pixel_weight = self.current_pixel_weight()
+        if self.pixel_loss is not None:  # one pass over the (anchor, positive) image pairs of all meta labels
             output["pixel_weight"] = pixel_weight
-            pixel_losses = engine.pixel_loss.forward_multi(
-                out["pix"], out["img_map"], labels, engine.grad_filter, jacobian
-            )
+            pixel_losses = self.pixel_loss.forward_multi(out["pix"], out["img_map"], labels, self.grad_filter, jacobian)
         task_losses = []
-        for name, y_img, pix in zip(engine.task_names, img_labels, pixel_losses):
-            loss = engine.image_loss(img, y_img)
+        for name, y_img, pix in zip(self.task_names, img_labels, pixel_losses):
+            loss = self.image_loss(img, y_img)
             output[f"img/{name}"] = loss.detach()
             if pix is not None:
                 output[f"pix/{name}"] = pix.detach()
                 loss = loss + pixel_weight * pix
             task_losses.append(loss)
-        stacked = torch.stack(task_losses)
-        if not bool(torch.isfinite(stacked).all()):  # one host read per iteration, whatever the number of labels
-            bad = [n for n, finite in zip(engine.task_names, torch.isfinite(stacked).tolist()) if not finite]
+        finite = torch.isfinite(torch.stack(task_losses))
+        if not bool(finite.all()):  # one host read per iteration, whatever the number of labels
+            bad = [n for n, ok in zip(self.task_names, finite.tolist()) if not ok]
             raise RuntimeError(
-                f"non-finite loss for meta label(s) {bad} at iteration {engine.state.iteration}: "
+                f"non-finite loss for meta label(s) {bad} at iteration {self.state.iteration}: "
                 f"{output}; lower the learning rate or check the inputs."
             )
-        output[Keys.LOSS] = stacked.sum().detach()
-        engine.fire_event(IterationEvents.LOSS_COMPLETED)
+        return task_losses
 
-        params = [p for p in engine.network.parameters() if p.requires_grad]
-        engine.state.task_params = params
-        engine.state.task_grads = task_gradients(task_losses, params, batched=engine.batched_backward)
-        engine.fire_event(IterationEvents.BACKWARD_COMPLETED)
-        engine.fire_event(GCLEvents.GRADIENTS_COMPUTED)
-        if engine.state.task_grads is not None:
+    def _apply_task_gradients(self, task_losses: list[torch.Tensor]) -> TaskGradients:
+        """
+        Computes every meta label's gradient, hands them to the handler of :py:attr:`GCLEvents.GRADIENTS_COMPUTED`
+        as ``engine.state.gradients`` and returns them once applied to ``param.grad``.
+
+        Raises:
+            RuntimeError: when no handler applied the gradients.
+        """
+        params = [p for p in self.network.parameters() if p.requires_grad]
+        grads = task_gradients(task_losses, params, batched=self.batched_backward)
+        self.state.gradients = TaskGradients(names=self.task_names, params=params, grads=grads)
+        self.fire_event(IterationEvents.BACKWARD_COMPLETED)
+        self.fire_event(GCLEvents.GRADIENTS_COMPUTED)
+        if not self.state.gradients.applied:
             raise RuntimeError(
-                "no gradient combiner consumed the per-meta-label gradients: attach a "
-                "gcl_monai.handlers.GradMitigatorHandler (with a GradMitigator or a MeanCombiner)."
+                "no handler applied the per-meta-label gradients: attach a "
+                "gcl_monai.handlers.GradientCombinerHandler (with a GradMitigator or a MeanCombiner)."
             )
+        return self.state.gradients
+
+    def _iteration(self, engine: GCLPretrainer, batchdata: dict) -> dict:
+        """One GCL step: forward pass of both views, the loss of every meta label, their gradients combined by the
+        handler of :py:attr:`GCLEvents.GRADIENTS_COMPUTED`, optimizer step."""
+        if batchdata is None:
+            raise ValueError("Must provide batch data for current iteration.")
+        views, labels = engine._views(batchdata), engine._labels(batchdata)
+        engine.network.train()
+        engine.optimizer.zero_grad(set_to_none=True)
+        engine.state.output = {Keys.PRED: engine.network(views)}
+        engine.fire_event(IterationEvents.FORWARD_COMPLETED)  # e.g. gcl_monai.handlers.EmbeddingSpread
+        output = engine.state.output
+        out = output.pop(Keys.PRED)
+        task_losses = engine._task_losses(out, labels, output)
+        output[Keys.LOSS] = torch.stack(task_losses).mean().detach()
+        engine.fire_event(IterationEvents.LOSS_COMPLETED)
+        gradients = engine._apply_task_gradients(task_losses)
         engine.optimizer.step()
         engine.fire_event(IterationEvents.MODEL_COMPLETED)
-        output.update(getattr(engine.state, "gradient_stats", {}) or {})
+        output.update(gradients.stats)
         output["lr"] = engine.optimizer.param_groups[0]["lr"]
         if engine.pixel_loss is not None and engine.grad_filter is not None:
             output["pace"] = engine.grad_filter.keep_fraction

@@ -3,6 +3,6 @@
 from gcl_monai.gradients.backward import task_gradients
 from gcl_monai.gradients.combiner import GradientCombiner
 from gcl_monai.gradients.grad_mitigator import GradMitigator
-from gcl_monai.gradients.mean_combiner import MeanCombiner, SumCombiner
+from gcl_monai.gradients.mean_combiner import MeanCombiner
 
-__all__ = ["GradientCombiner", "GradMitigator", "MeanCombiner", "SumCombiner", "task_gradients"]
+__all__ = ["GradientCombiner", "GradMitigator", "MeanCombiner", "task_gradients"]

@@ -34,6 +34,13 @@ class GradMitigator(GradientCombiner):
 
     After a correction ``cos(g'_i, g_j)`` equals ``t_ij``. The targets start at 0 and persist across calls.
 
+    Algorithm 1 is the update of Gradient Vaccine (GradVac, Wang et al., ICLR 2021): an EMA of the observed
+    cosine as the target similarity of two tasks' gradients (Eq. 4) and, below it, the correction of Eq. (3), which
+    GradVac derives with the law of sines so that the corrected gradient reaches the target cosine. GCL applies it
+    between meta labels, to every parameter tensor separately. As Algorithm 1 is written and implemented here, the
+    target is updated before the comparison and the other tasks are visited in increasing order (GradVac, like
+    PCGrad, visits them in random order).
+
     Persistent conflicts: the EMA target follows the observed cosine, so when two meta labels conflict at every
     step (``w_ij`` stays negative) the target settles at that negative value and ``w_ij < t_ij`` is then true only
     half of the time, by a vanishing margin: Algorithm 1 as written stops mitigating exactly the conflicts it is
@@ -79,9 +86,12 @@ class GradMitigator(GradientCombiner):
     upcast; float64 stays float64) on the device of the first gradient; every output tensor has the shape
     and dtype of the corresponding gradient of task 0 and may be a view of one shared buffer.
 
-    Reference:
+    References:
         Wu et al., "GCL: Gradient-Guided Contrastive Learning for Medical Image Segmentation with
         Multi-Perspective Meta Labels", ACM MM 2023. https://doi.org/10.1145/3581783.3612113
+
+        Wang et al., "Gradient Vaccine: Investigating and Improving Multi-task Optimization in Massively
+        Multilingual Models", ICLR 2021. https://openreview.net/forum?id=F1vEjWK-lH_
 
     Args:
         num_tasks: number of meta labels ``M`` whose gradients are combined, at least 1.
@@ -310,7 +320,7 @@ class GradMitigator(GradientCombiner):
         """
         Args:
             as_tensors: return 0-d tensors on the gradients' device instead of floats: nothing waits for the
-                device (for logging every iteration, e.g. by :py:class:`gcl_monai.handlers.GradMitigatorHandler`;
+                device (for logging every iteration, e.g. by :py:class:`gcl_monai.handlers.GradientCombinerHandler`;
                 ``float()`` of an entry reads it). With the default the values are read in one transfer, and
                 the warnings about non-finite gradients still pending on an accelerator are emitted.
 

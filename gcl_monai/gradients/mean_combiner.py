@@ -9,7 +9,7 @@ import torch
 
 from gcl_monai.gradients.combiner import GradientCombiner
 
-__all__ = ["MeanCombiner", "SumCombiner"]
+__all__ = ["MeanCombiner"]
 
 
 class MeanCombiner(GradientCombiner):
@@ -72,7 +72,3 @@ class MeanCombiner(GradientCombiner):
         """
         self._check_num_tasks(state_dict)
 
-
-#: the former name of :class:`MeanCombiner`, kept so that configs written with it (``mitigate=False`` in the
-#: bundles' ``pretrain.json``) keep working; the combiner has no state but ``num_tasks``, so checkpoints are unaffected.
-SumCombiner = MeanCombiner

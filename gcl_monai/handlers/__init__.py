@@ -2,8 +2,25 @@ from .checkpoints import AtomicCheckpointSaver, latest_checkpoint
 from .collapse import CollapseDetector, RepresentationCollapse
 from .dice_summary import DiceSummary
 from .distributed import BroadcastParameters, EpochLengthAdapter
+from .embedding_spread import EmbeddingSpread
 from .encoder_export import EncoderExporter
 from .epoch_seed import EpochSeedHandler
-from .grad_mitigator_handler import GradMitigatorHandler
+from .gradient_combiner import GradientCombinerHandler
 from .pace_handler import GradFilterPaceHandler
 from .shrink_perturb import ShrinkPerturb
+
+__all__ = [
+    "AtomicCheckpointSaver",
+    "latest_checkpoint",
+    "CollapseDetector",
+    "RepresentationCollapse",
+    "DiceSummary",
+    "BroadcastParameters",
+    "EpochLengthAdapter",
+    "EmbeddingSpread",
+    "EncoderExporter",
+    "EpochSeedHandler",
+    "GradientCombinerHandler",
+    "GradFilterPaceHandler",
+    "ShrinkPerturb",
+]

@@ -26,10 +26,10 @@ class CollapseDetector:
     """
     Watches the pre-training outputs of :py:class:`gcl_monai.engines.GCLPretrainer` after every iteration. The
     representations are collapsed when, for ``patience`` consecutive iterations, the mean per-dimension standard
-    deviation of the normalised image-wise representations (``"std/img"``) is below ``min_std`` or every
-    image-wise loss is within ``loss_tol`` of :math:`\\ln(2B - 1)`, the value reached when all 2B embeddings of a
-    batch are identical. A collapsed encoder must never be fine-tuned from: the detector raises
-    :py:class:`RepresentationCollapse` (``action="raise"``) or logs an error and terminates the run
+    deviation of the normalised image-wise representations (``"std/img"``, added by :py:class:`EmbeddingSpread`) is
+    below ``min_std`` or every image-wise loss is within ``loss_tol`` of :math:`\\ln(2B - 1)`, the value reached
+    when all 2B embeddings of a batch are identical. A collapsed encoder must never be fine-tuned from: the detector
+    raises :py:class:`RepresentationCollapse` (``action="raise"``) or logs an error and terminates the run
     (``action="terminate"``); either way ``engine.state.collapsed`` is set to True.
 
     Under ``torch.distributed`` every rank decides the same: an iteration counts as collapsed when it does on all
@@ -43,6 +43,10 @@ class CollapseDetector:
         min_std: threshold of ``"std/img"`` (a healthy 128-D unit embedding has about 1 / sqrt(128) = 0.088).
         loss_tol: tolerance around ln(2B - 1).
         action: ``"raise"`` or ``"terminate"``.
+
+    Raises:
+        ValueError: for an unknown ``action``.
+        KeyError: at an iteration whose output has no ``"std/img"`` (no :py:class:`EmbeddingSpread` attached).
     """
 
     def __init__(self, patience: int = 20, min_std: float = 1e-3, loss_tol: float = 1e-3, action: str = "raise"):
@@ -60,6 +64,9 @@ class CollapseDetector:
 
     def __call__(self, engine: Engine) -> None:
         out = engine.state.output
+        if "std/img" not in out:
+            raise KeyError("CollapseDetector reads 'std/img' from the pre-training output: attach a "
+                           "gcl_monai.handlers.EmbeddingSpread to the trainer.")
         batch = len(engine.state.batch["image"])
         if getattr(engine, "gather_negatives", False):
             batch *= idist.get_world_size()

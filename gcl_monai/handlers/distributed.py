@@ -24,7 +24,7 @@ class BroadcastParameters:
     so that every rank starts from the same weights. GCL pre-training does not wrap its network in
     ``DistributedDataParallel`` (which would broadcast at construction): :py:class:`gcl_monai.engines.GCLPretrainer`
     computes one gradient per meta label with ``torch.autograd.grad``, which DDP's reducer does not see, and
-    :py:class:`gcl_monai.handlers.GradMitigatorHandler` averages those gradients across ranks instead. With the
+    :py:class:`gcl_monai.handlers.GradientCombinerHandler` averages those gradients across ranks instead. With the
     same averaged gradients and the same optimizer on every rank, the weights then stay equal.
 
     Attach it after a ``CheckpointLoader`` (ignite calls the handlers of an event in the order they were
@@ -45,7 +45,7 @@ class BroadcastParameters:
         if isinstance(network, torch.nn.parallel.DistributedDataParallel):
             raise TypeError(
                 "GCL pre-training must not wrap its network in DistributedDataParallel: the per-meta-label gradients "
-                "(torch.autograd.grad) bypass DDP's reducer; GradMitigatorHandler averages them across ranks."
+                "(torch.autograd.grad) bypass DDP's reducer; GradientCombinerHandler averages them across ranks."
             )
         self.network = network
         self.src = src

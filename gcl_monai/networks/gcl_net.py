@@ -7,9 +7,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 from monai.networks.layers.factories import Conv, Norm
-from monai.utils import look_up_option
 from monai.networks.nets.basic_unet import Down, TwoConv
-from monai.utils import ensure_tuple_rep
+from monai.utils import ensure_tuple_rep, look_up_option
 
 __all__ = ["GCLNet", "ProjectionHead", "ENCODER_PREFIXES", "IMAGE_POOLING", "trainable_parameters"]
 

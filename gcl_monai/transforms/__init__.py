@@ -4,7 +4,7 @@ from gcl_monai.transforms.batch_views import BatchContrastiveViews
 from gcl_monai.transforms.dicom_reader import PositionSortedPydicomReader
 from gcl_monai.transforms.dicom_seg import SaveDicomSegd, label_map_on_source, write_dicom_seg
 from gcl_monai.transforms.field_of_view import FOV_SHAPES, CenterSquareCrop, CenterSquareCropd, field_of_view_crop
-from gcl_monai.transforms.h5_reader import H5Reader, split_h5_path
+from gcl_monai.transforms.h5_reader import H5Reader
 from gcl_monai.transforms.inference_checks import FRAME_KEY, RepairNonFinited, SelectFramed
 from gcl_monai.transforms.postprocessing import LARGEST_COMPONENT_MODES, keep_largest_component
 from gcl_monai.transforms.presets import (
@@ -34,7 +34,6 @@ __all__ = [
     "CenterSquareCropd",
     "field_of_view_crop",
     "H5Reader",
-    "split_h5_path",
     "VolumeToSlicesd",
     "slice_quantiles",
     "SLICE_QUANTILE_KEY",

@@ -11,51 +11,11 @@ import numpy as np
 from monai.data import ImageReader
 from monai.utils import ImageMetaKey, MetaKeys, OptionalImportError, SpaceKeys, ensure_tuple, optional_import
 
+from gcl_monai.data.datalist import H5_KEY_SEPARATOR, H5_SUFFIXES, split_h5_path
+
 h5py, has_h5py = optional_import("h5py")
 
-__all__ = ["H5Reader", "split_h5_path"]
-
-H5_SUFFIXES = (".h5", ".hdf5", ".hdf")
-DATASET_SEP = "#"
-# MONAI's bundle ConfigParser rewrites "#" as its id separator "::" in every string of a config,
-# so a literal "file.h5#image" in a bundle JSON reaches the reader as "file.h5::image".
-CONFIG_DATASET_SEP = "::"
-
-
-def _partition(text: str) -> tuple[str, str, str]:
-    """Split at the last ``#`` (or, failing that, the last ``::``) into ``(file, separator, dataset)``."""
-    for sep in (DATASET_SEP, CONFIG_DATASET_SEP):
-        file_path, found, dataset = text.rpartition(sep)
-        if found:
-            return file_path, found, dataset
-    return text, "", ""
-
-
-def split_h5_path(path: str | os.PathLike, default_dataset: str | None = None) -> tuple[str, str]:
-    """
-    Split ``"file.h5#dataset"`` into the file path and the dataset name.
-
-    ``"file.h5::dataset"`` is accepted too, the form a ``#`` takes in a MONAI bundle config.
-
-    Args:
-        path: file path, optionally followed by ``#`` (or ``::``) and the name of a dataset inside the file.
-        default_dataset: dataset name used when ``path`` has no ``#`` part.
-
-    Returns:
-        ``(file_path, dataset_name)``.
-
-    Raises:
-        ValueError: when ``path`` names no dataset and ``default_dataset`` is None.
-    """
-    text = os.fspath(path)
-    file_path, _, dataset = _partition(text)
-    if not dataset:
-        if default_dataset is None:
-            raise ValueError(
-                f"H5Reader: no dataset named in {text!r}: write 'file.h5#dataset' or set H5Reader(default_dataset=...)."
-            )
-        dataset = default_dataset
-    return file_path, dataset
+__all__ = ["H5Reader"]
 
 
 @dataclass(frozen=True)
@@ -118,7 +78,7 @@ class H5Reader(ImageReader):
             filename: file name or a sequence of file names.
         """
         for name in ensure_tuple(filename):
-            if not _partition(os.fspath(name))[0].lower().endswith(H5_SUFFIXES):
+            if not split_h5_path(name)[0].lower().endswith(H5_SUFFIXES):
                 return False
         return True
 
@@ -149,6 +109,11 @@ class H5Reader(ImageReader):
         if not self.verify_suffix(name):
             raise ValueError(f"H5Reader: {os.fspath(name)!r} is not an HDF5 file (expected one of {H5_SUFFIXES}).")
         file_path, dataset = split_h5_path(name, self.default_dataset)
+        if dataset is None:
+            raise ValueError(
+                f"H5Reader: no dataset named in {os.fspath(name)!r}: write 'file.h5#dataset' or set "
+                "H5Reader(default_dataset=...)."
+            )
         if not Path(file_path).is_file():
             raise FileNotFoundError(f"H5Reader: no such file {file_path!r} (from {os.fspath(name)!r}).")
         with h5py.File(file_path, "r") as handle:
@@ -193,7 +158,7 @@ class H5Reader(ImageReader):
             MetaKeys.SPATIAL_SHAPE: np.asarray(spatial_shape),
             MetaKeys.SPACE: SpaceKeys.RAS,
             MetaKeys.ORIGINAL_CHANNEL_DIM: float("nan") if len(arrays) == 1 else 0,
-            ImageMetaKey.FILENAME_OR_OBJ: f"{volumes[0].file_path}{DATASET_SEP}{volumes[0].dataset}",
+            ImageMetaKey.FILENAME_OR_OBJ: f"{volumes[0].file_path}{H5_KEY_SEPARATOR}{volumes[0].dataset}",
             "h5_dataset": volumes[0].dataset,
         }
         data = arrays[0] if len(arrays) == 1 else np.stack(arrays, axis=0)

@@ -12,11 +12,11 @@ from monai.config import KeysCollection
 from monai.transforms import (
     Compose,
     MapTransform,
-    Randomizable,
-    RandomizableTransform,
     RandAdjustContrastd,
     RandFlipd,
     RandGaussianSmoothd,
+    Randomizable,
+    RandomizableTransform,
     RandRotated,
     RandScaleCropd,
     RandScaleIntensityd,

@@ -16,12 +16,15 @@ from monai.bundle import ConfigWorkflow
 
 from gcl_monai.benchmark import cells, plan, results
 from gcl_monai.benchmark.__main__ import main
+from gcl_monai.benchmark.cells import tensorboard_collapse
+from gcl_monai.benchmark.experiment import Experiment, PretrainCell
 from gcl_monai.benchmark.paper_results import paper_dice
+from gcl_monai.benchmark.plan import plan_cells
 from gcl_monai.benchmark.presets import (
     ALL_LABELLED,
-    PRETRAINING_METHODS,
     METHODS,
     PRESETS,
+    PRETRAINING_METHODS,
     UnsupportedMethod,
     finetune_iteration_overrides,
     preset_cuts,
@@ -36,9 +39,6 @@ from gcl_monai.benchmark.report import (
     read_results,
     write_report,
 )
-from gcl_monai.benchmark.cells import tensorboard_collapse
-from gcl_monai.benchmark.experiment import Experiment, PretrainCell
-from gcl_monai.benchmark.plan import plan_cells
 from gcl_monai.handlers import RepresentationCollapse
 
 ACDC_META = ["patient_id", "slice_quantile", "organ_state"]
@@ -189,7 +189,8 @@ def test_table3_plan_semi_supervised_and_fully_supervised_cells(tmp_path):
     by_method = {}
     for cell in finetune:
         by_method.setdefault(cell.method, []).append(cell)
-    assert {m: len(c) for m, c in by_method.items()} == {**{m: 2 * 2 for m in preset.methods[:-1]}, "fully_supervised": 2}
+    expected = {**{m: 2 * 2 for m in preset.methods[:-1]}, "fully_supervised": 2}
+    assert {m: len(c) for m, c in by_method.items()} == expected
     semi = {m: by_method[m][0].train_overrides.get("semi_supervised") for m in preset.methods}
     assert semi == {"random": None, "vat": "vat", "mean_teacher": "mean_teacher", "mixup": "mixup", "gcl": None,
                     "gcl_mixup": "mixup", "gcl_mean_teacher": "mean_teacher", "fully_supervised": None}
@@ -801,7 +802,7 @@ def test_finetune_from_takes_only_the_same_run(tmp_path):
     split = {k: [{"image": f"/a/{k}{i}.h5#image", "patient": f"{k}{i}"} for i in range(2)]
              for k in ("pretrain", "train", "val", "test")}
     source, theirs = _experiment_with_cells(tmp_path, "src", split)
-    for name, cell in theirs.items():
+    for cell in theirs.values():
         _finished_cell(cell, 0.4, cell_settings(cell))
         cells.write_status(cell.folder, {**cells.read_status(cell.folder), "pretrain_settings":
                                          cell_settings(cell.pretrain) if cell.pretrain else None})
@@ -853,8 +854,8 @@ def test_finetune_from_compares_an_unrecorded_cell_on_the_source_plan(tmp_path, 
     _, ours = _experiment_with_cells(tmp_path, "dst", split)
     assert find_reusable_finetuning(ours["random_L1_d0_s0"], source.folder)[0] == theirs["random_L1_d0_s0"].folder
     assert "ran before settings were recorded" in caplog.text
-    longer, _ = _experiment_with_cells(tmp_path, "longer", split,
-                                       preset=PRESETS["cpu-mini"].replace(finetune={**PRESETS["cpu-mini"].finetune, "epochs": 9}))
+    nine_epochs = PRESETS["cpu-mini"].replace(finetune={**PRESETS["cpu-mini"].finetune, "epochs": 9})
+    longer, _ = _experiment_with_cells(tmp_path, "longer", split, preset=nine_epochs)
     shutil.copytree(theirs["random_L1_d0_s0"].folder, longer.folder / "finetune" / "random_L1_d0_s0")
     assert find_reusable_finetuning(ours["random_L1_d0_s0"], longer.folder) == (
         None, f"{longer.folder}'s random_L1_d0_s0 ran with other overrides (epochs)")
@@ -899,7 +900,7 @@ def test_run_takes_finished_cells_and_only_evaluates_what_is_missing(tmp_path, m
 
 @pytest.mark.slow
 def test_end_to_end_on_the_phantom(tmp_path):
-    from gcl_monai.data import ensure_phantom
+    from gcl_monai.bundle import ensure_phantom
 
     external = ensure_phantom(tmp_path / "external", num_patients=4, seed=1, image_size=64)
     argv = [

@@ -18,8 +18,8 @@ WORKFLOWS = ["pretrain.json", "train.json", "evaluate.json", "inference.json", "
 # the only keys a bundle may set: what differs between datasets
 DATASET_KEYS = {
     "bundle_root", "dataset", "dataset_dir", "num_patients", "data_seed", "num_pretrain", "num_val", "num_test",
-    "meta_labels", "volume_meta_keys", "image_size", "fov_scale", "fov_shape", "features", "num_classes", "class_names", "label_map",
-    "stratify_key", "dataset_options",
+    "meta_labels", "volume_meta_keys", "image_size", "fov_scale", "fov_shape", "features", "num_classes", "class_names",
+    "label_map", "stratify_key", "dataset_options",
     # the probe's classes, and whether it runs: off where the training patients have no labels (a DICOM archive) or
     # where the demo's few minutes matter
     "probe_num_classes", "probe_class_names", "probe_label_map", "probe_interval",
@@ -72,4 +72,5 @@ def test_bundles_set_only_dataset_values(config):
 def test_a_key_only_one_bundle_has_sits_where_it_is_first_used():
     """gcl_demo's phantom settings come just before ``dataset_dir``, which generates the phantom from them."""
     keys = list(json.loads((REPO / "bundles" / "gcl_demo" / "configs" / "pretrain.json").read_text()))
-    assert keys.index("num_patients") < keys.index("data_seed") < keys.index("dataset_dir") == keys.index("data_seed") + 1
+    assert keys.index("num_patients") < keys.index("data_seed") < keys.index("dataset_dir")
+    assert keys.index("dataset_dir") == keys.index("data_seed") + 1

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 from monai.bundle import ConfigWorkflow
-from monai.transforms import LoadImage
 from monai.networks.nets import BasicUNet
+from monai.transforms import LoadImage
 
 from gcl_monai.benchmark.report import read_scalars
 
@@ -307,6 +307,29 @@ def test_inference_writes_label_maps_with_the_input_geometry(demo_root, tmp_path
     assert set(np.unique(np.asarray(out.dataobj))) <= {0, 1, 2, 3}
 
 
+def test_demo_chain_runs_the_three_workflows_on_its_own_budget(monkeypatch):
+    """``demo.json`` runs pre-training, fine-tuning and evaluation in this order with the demo's shorter budget
+    (about 3 minutes on 2 CPU cores); ``train.json`` keeps the dataset bundles' budget."""
+    import monai.bundle
+    from monai.bundle import ConfigParser
+
+    calls = []
+    monkeypatch.setattr(monai.bundle, "run", lambda run_id, **kwargs: calls.append((run_id, kwargs)))
+    parser = ConfigParser()
+    parser.read_config(str(DEMO / "demo.json"))
+    parser.get_parsed_content("run")
+    assert [(run_id, Path(kw["config_file"]).name) for run_id, kw in calls] == [
+        ("pretrain", "pretrain.json"), ("run", "train.json"), ("run", "evaluate.json")]
+    (_, pretrain), (_, finetune), (_, evaluate) = calls
+    assert pretrain["method"] == finetune["init"] == evaluate["init"] == "gcl"
+    assert finetune["num_labeled"] == evaluate["num_labeled"] == 1
+    train = ConfigParser.load_config_file(str(DEMO / "train.json"))
+    pretrain_defaults = ConfigParser.load_config_file(str(DEMO / "pretrain.json"))
+    budget = finetune["epochs"] * finetune["iterations_per_epoch"]
+    assert budget == 200 < train["epochs"] * train["iterations_per_epoch"]
+    assert pretrain["epochs"] == 6 < pretrain_defaults["epochs"]
+
+
 def test_ckpt_export_torchscript(demo_root, tmp_path):
     cmd = [sys.executable, "-m", "monai.bundle", "ckpt_export", "network_def", "--filepath", str(tmp_path / "model.ts"),
            "--ckpt_file", str(demo_root / "models" / "model.pt"), "--meta_file", str(DEMO / "metadata.json"),
@@ -315,6 +338,40 @@ def test_ckpt_export_torchscript(demo_root, tmp_path):
     subprocess.run(cmd, check=True, cwd=REPO, capture_output=True)
     ts = torch.jit.load(str(tmp_path / "model.ts"))
     assert ts(torch.rand(1, 1, 32, 32)).shape == (1, 4, 32, 32)
+
+
+def test_onnx_export_matches_pytorch_on_a_phantom_slice(demo_root, tmp_path):
+    """MONAI's ``onnx_export`` of the fine-tuned network (docs/bundles.md, "Export"), run by onnxruntime with a
+    dynamic batch, gives the PyTorch network's output on phantom slices prepared by the bundle's own inference
+    transforms."""
+    for module in ("onnx", "onnxscript"):
+        pytest.importorskip(module, reason="the 'onnx' extra is not installed")
+    ort = pytest.importorskip("onnxruntime", reason="the 'onnx' extra is not installed")
+    from monai.bundle import ConfigParser
+
+    converter = "{'input_names': ['image'], 'output_names': ['pred'], 'dynamic_axes': {'image': {0: 'batch'}}}"
+    cmd = [sys.executable, "-m", "monai.bundle", "onnx_export", "network_def", "--filepath",
+           str(tmp_path / "model.onnx"), "--ckpt_file", str(demo_root / "models" / "model.pt"), "--meta_file",
+           str(DEMO / "metadata.json"), "--config_file", str(DEMO / "inference.json"), "--bundle_root", str(demo_root),
+           "--features", json.dumps(TINY["features"]), "--input_shape", "[1, 1, 32, 32]", "--converter_kwargs",
+           converter]
+    subprocess.run(cmd, check=True, cwd=REPO, capture_output=True)
+
+    parser = ConfigParser()
+    parser.read_config(str(DEMO / "inference.json"))
+    parser.update({"bundle_root": str(demo_root), "image_size": TINY["image_size"], "features": TINY["features"]})
+    image = demo_root / "outputs" / "phantom" / "training" / "patient001" / "patient001_frame01.nii.gz"
+    volume = parser.get_parsed_content("preprocessing")({"image": str(image)})["image"].as_tensor()  # (1, H, W, D)
+    slices = volume.permute(3, 0, 1, 2)[[0, volume.shape[-1] // 2]].contiguous()  # two slices, (2, 1, 32, 32)
+    network = parser.get_parsed_content("network_def")
+    network.load_state_dict(torch.load(demo_root / "models" / "model.pt", weights_only=True))
+    with torch.no_grad():
+        expected = network.eval()(slices).numpy()
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = session.run(["pred"], {"image": slices.numpy()})
+    assert got.shape == expected.shape == (2, 4, 32, 32)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert (got.argmax(1) == expected.argmax(1)).all()
 
 
 ABLATIONS = {
@@ -344,10 +401,10 @@ def test_ablation_switches_build_and_run(method, demo_root):
 def test_pixel_weight_scales_the_pixel_losses(demo_root):
     wf = _run("pretrain.json", "pretrain", demo_root, method="weighted", pixel_weight=0.25, **TINY)
     out = wf.parser.get_parsed_content("train#trainer").state.output
-    img = sum(float(v) for k, v in out.items() if k.startswith("img/"))
+    img = [float(v) for k, v in out.items() if k.startswith("img/")]
     pix = sum(float(v) for k, v in out.items() if k.startswith("pix/"))
-    assert pix > 0
-    assert float(out["loss"]) == pytest.approx(img + 0.25 * pix, rel=1e-5)
+    assert pix > 0 and len(img) == 3
+    assert float(out["loss"]) == pytest.approx((sum(img) + 0.25 * pix) / len(img), rel=1e-5)  # mean over meta labels
 
 
 def _pretrain_cmd(root, epochs):
@@ -414,7 +471,7 @@ def test_a_switch_given_as_a_string_fails_before_work(config, switch, tmp_path):
     messages = _messages(excinfo.value)
     assert any(f"{switch}='false'" in m and "True or False" in m for m in messages), messages
     ok = ConfigWorkflow(config_file=cfg, workflow_type=None, bundle_root=str(tmp_path), run_id="run", **{switch: False})
-    from gcl_monai.data import check_switches
+    from gcl_monai.bundle import check_switches
 
     check_switches(**{switch: ok.parser.get_parsed_content(switch)})  # the documented spelling passes
 

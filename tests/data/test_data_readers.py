@@ -25,6 +25,7 @@ from gcl_monai.data import (
     read_json_datalist,
     read_mmwhs,
     read_prostate,
+    split_h5_path,
 )
 
 SHAPE = (16, 16, 6)
@@ -339,6 +340,23 @@ def test_json_h5_paths(tmp_path: Path):
     assert detect_layout(tmp_path) == ("json", "json")
     (item,) = load_datalist(tmp_path)
     assert item["image"] == f"{tmp_path / 'vol.h5'}#image" and item["patient"] == "vol"
+
+
+@pytest.mark.parametrize(
+    "path, default, expected",
+    [
+        ("a.h5#image", None, ("a.h5", "image")),
+        ("a.h5::image", None, ("a.h5", "image")),  # a '#' as MONAI's ConfigParser passes it on
+        ("d/a.HDF5#grp/label", None, ("d/a.HDF5", "grp/label")),
+        ("a.h5", None, ("a.h5", None)),
+        ("a.h5", "image", ("a.h5", "image")),
+        ("a.h5#", "image", ("a.h5", "image")),  # an empty name is no name
+        ("run#2/a.nii.gz", None, ("run#2/a.nii.gz", None)),  # a '#' outside an HDF5 path is part of the path
+        (Path("a.nii"), "image", ("a.nii", "image")),
+    ],
+)
+def test_split_h5_path(path, default, expected):
+    assert split_h5_path(path, default) == expected
 
 
 # ----------------------------------------------------------------------------------------------

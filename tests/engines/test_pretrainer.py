@@ -5,20 +5,20 @@ from pathlib import Path
 import pytest
 import torch
 from ignite.engine import Engine, Events
+from monai.engines.utils import IterationEvents
 from monai.handlers import CheckpointLoader
 from monai.networks.nets import BasicUNet
 
-from monai.engines.utils import IterationEvents
-
-from gcl_monai.engines import GCLPretrainer
+from gcl_monai.engines import GCLPretrainer, TaskGradients
 from gcl_monai.gradients import GradMitigator, MeanCombiner
 from gcl_monai.handlers import (
     AtomicCheckpointSaver,
     CollapseDetector,
+    EmbeddingSpread,
     EncoderExporter,
     EpochSeedHandler,
     GradFilterPaceHandler,
-    GradMitigatorHandler,
+    GradientCombinerHandler,
     RepresentationCollapse,
     latest_checkpoint,
 )
@@ -58,7 +58,7 @@ def build(
     loader = torch.utils.data.DataLoader(RandomViews(), batch_size=4, shuffle=True)
     grad_filter = GradFilter() if pixel else None
     comb = GradMitigator(len(meta_labels)) if combiner == "mitigator" else MeanCombiner(len(meta_labels))
-    mitigator = GradMitigatorHandler(comb)
+    combiner_handler = GradientCombinerHandler(comb)
     trainer = GCLPretrainer(
         device="cpu",
         max_epochs=3,
@@ -70,12 +70,12 @@ def build(
         grad_filter=grad_filter,
         device_views=device_views,
     )
-    handlers = [mitigator, EpochSeedHandler(seed=7)]
+    handlers = [combiner_handler, EmbeddingSpread(), EpochSeedHandler(seed=7)]
     if pixel:
         handlers.append(GradFilterPaceHandler(grad_filter))
     for h in handlers:
         h.attach(trainer)
-    save_dict = {"network": net, "optimizer": opt, "trainer": trainer, "mitigator": mitigator}
+    save_dict = {"network": net, "optimizer": opt, "trainer": trainer, "mitigator": comb}
     if pixel:
         save_dict["grad_filter"] = grad_filter
     return trainer, net, save_dict
@@ -85,7 +85,7 @@ def test_iteration_outputs_and_update():
     trainer, net, _ = build()
     before = copy.deepcopy(net.state_dict())
     seen = []
-    trainer.add_event_handler(IterationEvents.BACKWARD_COMPLETED, lambda e: seen.append(len(e.state.task_grads)))
+    trainer.add_event_handler(IterationEvents.BACKWARD_COMPLETED, lambda e: seen.append(len(e.state.gradients.grads)))
     trainer.run()
     out = trainer.state.output
     for name in ("patient_id", "slice_quantile", "organ_state"):
@@ -99,8 +99,8 @@ def test_iteration_outputs_and_update():
 
 
 def test_single_task_sum_equals_plain_backward():
-    """SimCLR with the sum combiner gives exactly the gradient of a plain loss.backward()."""
-    trainer, net, _ = build(meta_labels=(None,), combiner="sum", pixel=False)
+    """SimCLR with the mean combiner gives exactly the gradient of a plain loss.backward()."""
+    trainer, net, _ = build(meta_labels=(None,), combiner="mean", pixel=False)
     batch = next(iter(trainer.data_loader))
     ref = copy.deepcopy(net)
     views = torch.cat([batch["image"], batch["image_2"]])
@@ -137,10 +137,10 @@ def test_missing_combiner_and_missing_meta_label():
     net = GCLNet(features=FEATURES, proj_dim=8)
     loader = torch.utils.data.DataLoader(RandomViews(), batch_size=4)
     trainer = GCLPretrainer("cpu", 1, loader, net, torch.optim.SGD(net.parameters(), lr=0.1), meta_labels=[None])
-    with pytest.raises(RuntimeError, match="GradMitigatorHandler"):
+    with pytest.raises(RuntimeError, match="GradientCombinerHandler"):
         trainer.run()
     trainer = GCLPretrainer("cpu", 1, loader, net, torch.optim.SGD(net.parameters(), lr=0.1), meta_labels=["age"])
-    GradMitigatorHandler(MeanCombiner(1)).attach(trainer)
+    GradientCombinerHandler(MeanCombiner(1)).attach(trainer)
     with pytest.raises(ValueError, match="'age'"):
         trainer.run()
 
@@ -207,7 +207,7 @@ def test_atomic_checkpoints_are_complete_whenever_they_exist(tmp_path, monkeypat
     While a checkpoint is being written, no file under a checkpoint name is incomplete and (n_saved=2) the
     previous checkpoint is still there to resume from; this is what a run killed mid-write relies on.
     """
-    trainer, _, save_dict = build(meta_labels=(None,), combiner="sum", pixel=False)
+    trainer, _, save_dict = build(meta_labels=(None,), combiner="mean", pixel=False)
     AtomicCheckpointSaver(
         str(tmp_path), save_dict, save_final=False, save_interval=1, epoch_level=True, n_saved=2
     ).attach(trainer)
@@ -267,6 +267,36 @@ def test_latest_checkpoint_skips_truncated_files(tmp_path, caplog):
     assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_final_iteration=5.pt")
 
 
+def test_task_gradients_are_applied_once_with_one_gradient_per_parameter():
+    params = [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(3))]
+    grads = [[torch.ones(2), torch.ones(3)], [2 * torch.ones(2), 2 * torch.ones(3)]]
+    gradients = TaskGradients(names=["a", "b"], params=params, grads=grads)
+    with pytest.raises(ValueError, match="expected 2 combined gradients"):
+        gradients.apply([torch.ones(2)])
+    assert not gradients.applied and params[0].grad is None
+    gradients.apply([torch.full((2,), 1.5), torch.full((3,), 1.5)], stats={"cos_0_1": torch.tensor(1.0)})
+    assert gradients.applied and gradients.grads is None and set(gradients.stats) == {"cos_0_1"}
+    assert torch.equal(params[1].grad, torch.full((3,), 1.5))
+    with pytest.raises(RuntimeError, match="applied already"):
+        gradients.apply([torch.ones(2), torch.ones(3)])
+
+
+def test_embedding_spread_hand_computed():
+    """Four embeddings, two pairs of equal directions: 4 of the 12 ordered pairs have cosine 1, the rest 0; each
+    dimension of the unit vectors is (1, 0, 1, 0) or (0, 1, 0, 1), standard deviation sqrt(1/3)."""
+    engine = Engine(lambda e, b: None)
+    engine.state.output = {"pred": {"img": torch.tensor([[3.0, 0.0], [0.0, 2.0], [0.5, 0.0], [0.0, 7.0]])}}
+    EmbeddingSpread()(engine)
+    assert float(engine.state.output["cos/img"]) == pytest.approx(1 / 3)
+    assert float(engine.state.output["std/img"]) == pytest.approx(math.sqrt(1 / 3))
+
+
+def test_collapse_detector_needs_the_embedding_spread():
+    engine, data = _watched([{"img/patient_id": 1.5}])
+    with pytest.raises(KeyError, match="EmbeddingSpread"):
+        engine.run(data)
+
+
 def _watched(outputs, batch_size=4, **detector_args):
     """An engine whose iterations output ``outputs`` (one dict each) for batches of ``batch_size`` images."""
     engine = Engine(lambda e, batch: outputs[e.state.iteration - 1])
@@ -298,7 +328,7 @@ def test_collapse_detector_acts_after_patience_consecutive_iterations():
 
 
 def test_encoder_export_loads_into_basic_unet(tmp_path):
-    trainer, net, _ = build(meta_labels=(None,), combiner="sum", pixel=False)
+    trainer, net, _ = build(meta_labels=(None,), combiner="mean", pixel=False)
     EncoderExporter(net, tmp_path / "encoder.pt").attach(trainer)
     trainer.run()
     unet = BasicUNet(spatial_dims=2, out_channels=4, features=FEATURES)
@@ -329,7 +359,7 @@ def test_batched_backward_equals_per_meta_label_backward(keep_fraction):
         trainer.grad_filter.keep_fraction = keep_fraction
         trainer.add_event_handler(
             IterationEvents.BACKWARD_COMPLETED,
-            lambda e, key=batched: grads.setdefault(key, [list(t) for t in e.state.task_grads]),
+            lambda e, key=batched: grads.setdefault(key, [list(t) for t in e.state.gradients.grads]),
         )
         trainer.state.device = torch.device("cpu")
         torch.manual_seed(3)
@@ -355,9 +385,10 @@ def test_pixel_warmup_and_embedding_statistics():
     trainer.run()  # 2 iterations per epoch: t = 1..4
     assert [r["pixel_weight"] for r in records] == pytest.approx([0.25, 0.5, 0.75, 1.0])
     for r in records:
-        img = sum(v for k, v in r.items() if k.startswith("img/"))
+        img = [v for k, v in r.items() if k.startswith("img/")]
         pix = sum(v for k, v in r.items() if k.startswith("pix/"))
-        assert r["loss"] == pytest.approx(img + r["pixel_weight"] * pix, rel=1e-5)
+        assert len(img) == 3  # "loss" is the mean over the meta labels, not their sum
+        assert r["loss"] == pytest.approx((sum(img) + r["pixel_weight"] * pix) / len(img), rel=1e-5)
     # cos/img: mean off-diagonal cosine of the last batch's image embeddings
     unit = torch.nn.functional.normalize(outputs["img"], dim=1)
     cos = unit @ unit.T

@@ -16,7 +16,8 @@ def unet(seed: int) -> BasicUNet:
 
 
 def encoder_conv_weights(net) -> dict:
-    return {k: v for k, v in net.state_dict().items() if k.startswith(("conv_0.", "down_")) and k.endswith("conv.weight")}
+    state = net.state_dict()
+    return {k: v for k, v in state.items() if k.startswith(("conv_0.", "down_")) and k.endswith("conv.weight")}
 
 
 def test_weights_become_shrunk_loaded_plus_perturbed_fresh():

@@ -287,7 +287,10 @@ def test_grad_filter_instance_norm_ranking_agrees_with_autograd():
     samples = [(p, s) for p in range(0, 16, 3) for s in range(5)]
     got = closed_form_magnitudes(net, x, 1, 3, 0.3, 0.1, samples)
     expected = autograd_magnitudes(net, x, 1, 3, 0.3, 0.1, samples)
-    rank = lambda t: t.argsort().argsort().double()
+
+    def rank(t):
+        return t.argsort().argsort().double()
+
     corr = torch.corrcoef(torch.stack([rank(got), rank(expected)]))[0, 1]
     assert corr > 0.9
     torch.testing.assert_close(got, expected.double(), rtol=0.25, atol=0.0)

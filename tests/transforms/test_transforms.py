@@ -12,6 +12,7 @@ from monai.data import DataLoader, Dataset, MetaTensor, NibabelReader, list_data
 from monai.transforms import EnsureChannelFirstd, Invertd, LoadImaged
 from monai.utils import set_determinism
 
+from gcl_monai.data import split_h5_path
 from gcl_monai.transforms import (
     CenterSquareCrop,
     CenterSquareCropd,
@@ -25,7 +26,6 @@ from gcl_monai.transforms import (
     finetune_transforms,
     pretrain_transforms,
     slice_quantiles,
-    split_h5_path,
     volume_eval_transforms,
     volume_transforms,
 )

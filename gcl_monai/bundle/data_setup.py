@@ -1,5 +1,5 @@
-"""What the bundles set up before a run: the split file of an experiment, the synthetic dataset on demand, the
-checks of their switches and torch's float32 matrix-product precision."""
+"""The data a bundle sets up before a run: the experiment's patient-level split file and, for the demo, the
+synthetic dataset on demand."""
 
 from __future__ import annotations
 
@@ -7,18 +7,13 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
 from gcl_monai.data.layouts import load_datalist
 from gcl_monai.data.phantom import generate_acdc_phantom
 from gcl_monai.data.splits import load_split, save_split, split_patients
 
-logger = logging.getLogger("gcl_monai.data")
+logger = logging.getLogger("gcl_monai.bundle")
 
-__all__ = ["check_switches", "load_or_create_split", "ensure_phantom", "set_float32_matmul_precision"]
-
-#: the values of ``torch.set_float32_matmul_precision``.
-MATMUL_PRECISIONS = ("highest", "high", "medium")
+__all__ = ["load_or_create_split", "ensure_phantom"]
 
 
 def load_or_create_split(
@@ -77,40 +72,3 @@ def ensure_phantom(out_dir: str | Path, num_patients: int = 20, seed: int = 0, i
         generate_acdc_phantom(out_dir, num_patients=num_patients, seed=seed, image_size=(image_size, image_size))
         marker.write_text(expected)
     return str(out_dir)
-
-
-def check_switches(**switches: object) -> None:
-    """
-    Refuses an on/off switch of a bundle that is not a boolean. ``python -m monai.bundle run ... --pixel_branch
-    false`` passes the string ``"false"``, which Python reads as true: without this check the switch would be
-    silently on.
-
-    Raises:
-        ValueError: naming each switch whose value is not ``True`` or ``False``.
-    """
-    bad = {name: value for name, value in switches.items() if not isinstance(value, bool)}
-    if bad:
-        shown = ", ".join(f"{name}={value!r}" for name, value in bad.items())
-        raise ValueError(
-            f"on/off switches must be True or False, got {shown}; on the command line write e.g. "
-            f"--{next(iter(bad))} False (capitalised, a Python literal)."
-        )
-
-
-def set_float32_matmul_precision(precision: str) -> None:
-    """
-    ``torch.set_float32_matmul_precision(precision)`` for a bundle run (pre-training's ``float32_matmul_precision``),
-    refusing a value that torch would only warn about and ignore.
-
-    ``highest`` (torch's default) computes float32 matrix products in float32. ``high`` lets CUDA use TF32 (about
-    1e-3 relative precision); ``medium`` also lets CUDA, and oneDNN on CPUs with bfloat16 instructions, use
-    bfloat16-based products. On the AVX-512 BF16 CPU of docs/results/speed.md, ``medium`` computed GradFilter's
-    products within 4e-7 (relative) of ``highest`` and about 1.4 times faster. Convolutions are not affected.
-
-    Raises:
-        ValueError: naming a value that is not one of :data:`MATMUL_PRECISIONS`.
-    """
-    if precision not in MATMUL_PRECISIONS:
-        raise ValueError(f"float32_matmul_precision must be one of {list(MATMUL_PRECISIONS)}, got {precision!r}.")
-    torch.set_float32_matmul_precision(precision)
-    logger.info("float32 matrix products at precision %r (torch.set_float32_matmul_precision).", precision)

@@ -1,0 +1,45 @@
+"""Tests of gcl_monai.bundle: what a bundle config calls before its workflow (split file, phantom, run options)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gcl_monai.bundle import check_switches, ensure_phantom, load_or_create_split, set_float32_matmul_precision
+
+
+def test_check_switches_refuses_anything_but_a_boolean():
+    check_switches(pixel_branch=True, mitigate=False)
+    with pytest.raises(ValueError, match=r"pixel_branch='false', mitigate=1.*--pixel_branch False"):
+        check_switches(pixel_branch="false", mitigate=1, freeze_encoder=False)
+
+
+def test_set_float32_matmul_precision_refuses_a_value_torch_would_ignore():
+    try:
+        set_float32_matmul_precision("medium")
+        assert torch.get_float32_matmul_precision() == "medium"
+        with pytest.raises(ValueError, match=r"one of \['highest', 'high', 'medium'\], got 'low'"):
+            set_float32_matmul_precision("low")
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision("highest")
+
+
+def test_phantom_is_generated_once_and_the_split_written_once(tmp_path):
+    folder = ensure_phantom(tmp_path / "phantom", num_patients=4, seed=0, image_size=32)
+    marker = tmp_path / "phantom" / ".complete"
+    assert marker.read_text() == "4 0 32"
+    stamp = marker.stat().st_mtime_ns
+    assert ensure_phantom(tmp_path / "phantom", num_patients=4, seed=0, image_size=32) == folder
+    assert marker.stat().st_mtime_ns == stamp  # not regenerated
+    split_file = tmp_path / "split.json"
+    split = load_or_create_split(split_file, folder, dataset="acdc", num_pretrain=1, num_val=1, num_test=1)
+    assert split_file.is_file()
+    patients = {k: {item["patient"] for item in v} for k, v in split.items()}
+    assert {k: len(p) for k, p in patients.items()} == {"pretrain": 1, "train": 1, "val": 1, "test": 1}
+    assert len(set().union(*patients.values())) == 4
+    # the folder is not read again once the split exists: a missing folder does not matter
+    again = load_or_create_split(split_file, tmp_path / "nowhere")
+    assert json.dumps(again, sort_keys=True) == json.dumps(split, sort_keys=True)

@@ -85,7 +85,9 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
 
 def _seeded(cell: PretrainCell, seed: int) -> PretrainCell:
     """``cell`` with pre-training seed ``seed`` (seed 0: the bundle's default seed and folder, unchanged overrides)."""
-    overrides = cell.overrides if seed == 0 else {**cell.overrides, "seed": seed, "method": pretrain_name(cell.method, seed)}
+    if seed == 0:
+        return dataclasses.replace(cell, seed=0)
+    overrides = {**cell.overrides, "seed": seed, "method": pretrain_name(cell.method, seed)}
     return dataclasses.replace(cell, overrides=overrides, seed=seed)
 
 
@@ -130,7 +132,8 @@ def _finetune_cell(
         evals[EXTERNAL_TEST] = {**evaluate, "eval_dir": str(folder / "eval_external"), "test_data": external}
     if experiment.input_grid:
         for test_set, split in INPUT_GRID_SETS.items():
-            evals[test_set] = {**evaluate, "dice_grid": "input", "test_split": split, "eval_dir": str(folder / test_set)}
+            evals[test_set] = {**evaluate, "dice_grid": "input", "test_split": split,
+                               "eval_dir": str(folder / test_set)}
     return FinetuneCell(
         method=name,
         num_labeled=num_labeled,

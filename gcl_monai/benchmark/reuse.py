@@ -67,8 +67,8 @@ def _settings(overrides: dict[str, Any]) -> dict[str, Any]:
 
 def find_reusable(cell: PretrainCell, source: Path) -> tuple[PretrainCell | None, str]:
     """
-    The finished pre-training of ``cell.name`` (method and seed) in the experiment folder ``source`` if it is the same run as
-    ``cell`` (else None), and the reason in words.
+    The finished pre-training of ``cell.name`` (method and seed) in the experiment folder ``source`` if it is the
+    same run as ``cell`` (else None), and the reason in words.
     """
     plan_path = Path(source) / "plan.json"
     if not plan_path.exists():

@@ -52,7 +52,7 @@ def representation_measures(engine, max_batches: int = 8) -> dict[str, float]:
     for i, batch in enumerate(engine.data_loader):
         if i >= max_batches:
             break
-        views = engine._views(batch)  # the two views of each image, as the pre-training draws them
+        views = engine.views(batch)
         out = network(views)
         half = views.shape[0] // 2
         img.append(out["img"].view(2, half, -1).cpu())

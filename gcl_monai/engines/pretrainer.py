@@ -161,7 +161,7 @@ class GCLPretrainer(Trainer):
         """Names of the meta labels in logs (``"simclr"`` for None)."""
         return [SIMCLR_TASK if m is None else str(m) for m in self.meta_labels]
 
-    def _views(self, batchdata: dict) -> torch.Tensor:
+    def views(self, batchdata: dict) -> torch.Tensor:
         """The two views of the batch concatenated, ``(2B, C, H, W)`` on the engine's device (drawn there by
         ``device_views`` when it is set)."""
         to_device = {"non_blocking": self.non_blocking, **self.to_kwargs}
@@ -253,7 +253,7 @@ class GCLPretrainer(Trainer):
         handler of :py:attr:`GCLEvents.GRADIENTS_COMPUTED`, optimizer step."""
         if batchdata is None:
             raise ValueError("Must provide batch data for current iteration.")
-        views, labels = engine._views(batchdata), engine._labels(batchdata)
+        views, labels = engine.views(batchdata), engine._labels(batchdata)
         engine.network.train()
         engine.optimizer.zero_grad(set_to_none=True)
         engine.state.output = {Keys.PRED: engine.network(views)}

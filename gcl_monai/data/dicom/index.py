@@ -222,9 +222,9 @@ def index_dicom(
     PatientID (a DICOMDIR, a radiograph, a structured report), or that repeats the SOPInstanceUID of a file before it
     (a copy), is skipped with the reason. The images of a series are split by orientation
     (:data:`ORIENTATION_DECIMALS`); a part with two or more slice positions is a stack; parts with a single position
-    (the one-series-per-slice cine layout, or a lone slice) are pooled by patient, study and orientation into stacks. Each stack gives one volume per cardiac phase, slices ordered by
-    position along the normal (not by InstanceNumber). A stack that is not clean is skipped whole, with its series,
-    files and reason.
+    (the one-series-per-slice cine layout, or a lone slice) are pooled by patient, study and orientation into stacks.
+    Each stack gives one volume per cardiac phase, slices ordered by position along the normal (not by
+    InstanceNumber). A stack that is not clean is skipped whole, with its series, files and reason.
 
     Args:
         root: the archive folder.

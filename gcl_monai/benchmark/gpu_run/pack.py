@@ -1,0 +1,186 @@
+"""
+What a ``gpu-run`` command brings back, within the lending terms (:py:mod:`~gcl_monai.benchmark.gpu_run.terms`),
+and how a fresh machine resumes from it.
+
+The output folder gets at most ``max_files`` files, none in a sub-folder:
+
+- ``gpu_run.json``: the run's state (each step's status) and the list of what the archive holds and left behind;
+- ``report.md``: the steps, the diagnosis, the speed figures and the comparison's table, readable as it is;
+- ``speed_cuda.json`` (``speed_cpu.json`` in a rehearsal), once measured;
+- ``run.tgz.00``, ``run.tgz.01``, ...: one gzip-compressed tar of the work folder cut into parts of at most
+  ``max_file_bytes`` (``cat run.tgz.* | tar xz`` joins them): every result, log, status and TensorBoard file, then,
+  while the terms leave room, in this order, the ``encoder.pt`` of each finished pre-training (float32, exact) and
+  the last checkpoint of each unfinished one (its floating-point tensors as bfloat16, half the bytes: the
+  resumed run goes on from weights and momentum rounded to bfloat16). Fine-tuned models and the data stay behind:
+  the results need neither, and a finished cell is never run again.
+
+:py:func:`unpack` restores a work folder from such an output folder (the checkpoints back to float32).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gcl_monai.benchmark.cells import STATUS_FILE, read_status
+from gcl_monai.benchmark.gpu_run.state import LOCK_FILE, STATE_FILE
+from gcl_monai.benchmark.gpu_run.terms import TERMS, LendingTerms
+from gcl_monai.handlers import latest_checkpoint
+
+__all__ = ["ARCHIVE", "BF16_SUFFIX", "REPORT", "pack", "unpack"]
+
+ARCHIVE = "run.tgz"
+REPORT = "report.md"
+#: suffix, inside the archive, of a checkpoint whose floating-point tensors were stored as bfloat16
+BF16_SUFFIX = ".bf16"
+#: folders of the work folder never packed: the data (generated or unpacked on each machine)
+_LEFT_OUT_DIRS = ("data",)
+#: headroom for the tar and gzip framing around the files' bytes
+_FRAMING = 1.02
+
+
+def _cast(value: Any, source: torch.dtype, target: torch.dtype) -> Any:
+    """``value`` (nested dicts, lists, tuples of tensors and other values) with every ``source`` tensor as ``target``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(target) if value.dtype == source else value
+    if isinstance(value, dict):
+        return {k: _cast(v, source, target) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(v, source, target) for v in value)
+    return value
+
+
+def _small_files(work: Path) -> Iterable[Path]:
+    for path in sorted(work.rglob("*")):
+        relative = path.relative_to(work)
+        if not path.is_file() or relative.parts[0] in _LEFT_OUT_DIRS:
+            continue
+        if path.suffix in (".pt", ".pth", ".tmp") or path.name == LOCK_FILE:
+            continue
+        yield path
+
+
+def _pretrain_folders(work: Path) -> list[Path]:
+    return sorted(p.parent for p in work.glob(f"results/*/pretrain/*/{STATUS_FILE}"))
+
+
+def _weights(work: Path) -> list[tuple[Path, bool]]:
+    """The weights worth bringing back, most useful first: (path, store as bfloat16)."""
+    finished, unfinished = [], []
+    for folder in _pretrain_folders(work):
+        status = read_status(folder).get("status")
+        if status == "finished" and (folder / "encoder.pt").exists():
+            finished.append((folder / "encoder.pt", False))
+        elif status not in ("finished", "collapsed") and (checkpoint := latest_checkpoint(folder)):
+            unfinished.append((Path(checkpoint), True))
+    return finished + unfinished
+
+
+def pack(work: Path, out: Path, report: str, extra: Iterable[Path] = (), terms: LendingTerms = TERMS) -> dict:
+    """
+    Writes what comes back into ``out`` (see the module's description).
+
+    Args:
+        work: the run's work folder.
+        out: the output folder (``$OUT``); earlier parts in it are replaced.
+        report: the text of ``report.md``.
+        extra: further files copied as they are (the speed JSON).
+        terms: the limits the returned files keep.
+
+    Returns:
+        the manifest written into ``gpu_run.json``: ``packed`` and ``left_behind`` (paths relative to ``work``),
+        ``parts``.
+    """
+    work, out = Path(work), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob(f"{ARCHIVE}.*"):
+        old.unlink()
+    (out / REPORT).write_text(report)
+    fixed = [out / REPORT]
+    for path in extra:
+        shutil.copyfile(path, out / path.name)
+        fixed.append(out / path.name)
+    # gpu_run.json is written last and is at most a few kB: 64 kB are kept for it
+    reserved = sum(p.stat().st_size for p in fixed) + (64 << 10)
+    max_parts = terms.max_files - len(fixed) - 1
+    room = min(terms.max_total_bytes - reserved, max_parts * terms.max_file_bytes) / _FRAMING
+    small = list(_small_files(work))
+    used = sum(p.stat().st_size for p in small)
+    packed, left_behind = [str(p.relative_to(work)) for p in small], []
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = Path(tmp) / ARCHIVE
+        with tarfile.open(archive, "w:gz", compresslevel=6) as tar:
+            for path in small:
+                tar.add(path, arcname=str(path.relative_to(work)))
+            for path, half in _weights(work):
+                relative = str(path.relative_to(work))
+                if half:
+                    converted = Path(tmp) / "checkpoint.bf16"
+                    torch.save(_cast(torch.load(path, map_location="cpu", weights_only=True), torch.float32,
+                                     torch.bfloat16), converted)
+                    path, relative = converted, relative + BF16_SUFFIX
+                size = path.stat().st_size
+                if used + size > room:
+                    left_behind.append(relative)
+                    continue
+                tar.add(path, arcname=relative)
+                used += size
+                packed.append(relative)
+        parts = _split(archive, out, terms.max_file_bytes)
+    state = json.loads((work / STATE_FILE).read_text())
+    manifest = {"parts": [p.name for p in parts], "packed": packed, "left_behind": left_behind}
+    (out / STATE_FILE).write_text(json.dumps({**state, "returned": manifest}, indent=1))
+    return manifest
+
+
+def _split(archive: Path, out: Path, part_bytes: int) -> list[Path]:
+    parts = []
+    with open(archive, "rb") as source:
+        while chunk := source.read(part_bytes):
+            part = out / f"{ARCHIVE}.{len(parts):02d}"
+            part.write_bytes(chunk)
+            parts.append(part)
+    return parts
+
+
+def unpack(returned: Path, work: Path) -> dict:
+    """
+    Restores a work folder from the files a ``gpu-run`` command brought back (``returned``): the archive's parts
+    joined and extracted, each bfloat16 checkpoint written back as float32 under its own name.
+
+    Returns:
+        the state read from the archive.
+
+    Raises:
+        FileNotFoundError: ``returned`` holds no ``run.tgz.*`` parts.
+        ValueError: ``work`` already holds a run.
+    """
+    returned, work = Path(returned), Path(work)
+    parts = sorted(returned.glob(f"{ARCHIVE}.*"))
+    if not parts:
+        raise FileNotFoundError(f"{returned} holds no {ARCHIVE}.* parts of an earlier gpu-run.")
+    if (work / STATE_FILE).exists():
+        raise ValueError(f"{work} already holds a run ({STATE_FILE}); unpack into an empty work folder.")
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        joined = Path(tmp) / ARCHIVE
+        with open(joined, "wb") as sink:
+            for part in parts:
+                sink.write(part.read_bytes())
+        with tarfile.open(joined, "r:gz") as tar:
+            tar.extractall(work, filter="data")
+    for half in work.rglob(f"*{BF16_SUFFIX}"):
+        full = half.with_name(half.name[: -len(BF16_SUFFIX)])
+        torch.save(_cast(torch.load(half, map_location="cpu", weights_only=True), torch.bfloat16, torch.float32),
+                   full.with_suffix(".tmp"))
+        os.replace(full.with_suffix(".tmp"), full)
+        half.unlink()
+    return json.loads((work / STATE_FILE).read_text())

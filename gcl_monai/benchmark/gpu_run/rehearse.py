@@ -16,6 +16,7 @@ trained again on B. ``DIR/rehearsal.md`` lists the commands and the checks.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -28,7 +29,7 @@ from gcl_monai.benchmark.cells import read_status
 from gcl_monai.benchmark.gpu_run import steps
 from gcl_monai.benchmark.gpu_run.budget import get_budget
 from gcl_monai.benchmark.gpu_run.pack import BF16_SUFFIX
-from gcl_monai.benchmark.gpu_run.state import LOCK_FILE, RunState, worker_running
+from gcl_monai.benchmark.gpu_run.state import LOCK_FILE, STATE_FILE, RunState, worker_running
 from gcl_monai.benchmark.gpu_run.terms import MIB, TERMS, returned_violations, travel_bytes
 from gcl_monai.benchmark.report import read_results
 
@@ -113,12 +114,14 @@ def rehearse(out: Path, data_root: str | None = None) -> int:
     run.check("a fine-tuning cell finishes on machine A", started)
     code, returned = run.command("command-2", "machine-a", wait=0)
     run.check("command-2 only collects (exit code 2 while running, 0 when done)", code in (0, 2), f"exit code {code}")
-    done_on_a = _finished_cells(machine_a)
     if worker_running(machine_a):
         _give_back(machine_a)
 
     carry = run.out / "carry"
     shutil.copytree(returned, carry)
+    packed = json.loads((carry / STATE_FILE).read_text())["returned"]["packed"]
+    # the cells whose results came back (a cell finished on A after command-2 packed is lost with the machine)
+    done_on_a = {Path(p).parent.parent.name for p in packed if p.endswith("/eval/dice.json")}
     root = steps.checkout_root()
     payload = root / ".offline" if root is not None else None
     sizes = travel_bytes(root) if root is not None and (root / ".git").exists() else {"total": 0}
@@ -142,10 +145,11 @@ def rehearse(out: Path, data_root: str | None = None) -> int:
     run.check("every cell has its results, all ok", len(rows) == expected and all(r["status"] == "ok" for r in rows),
               f"{len(rows)} rows of {expected}, statuses {sorted({r['status'] for r in rows})}")
     log = (folder / "progress.log").read_text() if (folder / "progress.log").exists() else ""
+    log = log.split(f"cells in {folder}")[-1]  # machine B's runs: the log came from A with the archive
     retrained = sorted(c for c in done_on_a if f"finetune {c}: starting" in log)
     run.check("no fine-tuning cell finished on machine A was trained again on machine B", not retrained,
               f"finished on A: {len(done_on_a)}; trained again: {', '.join(retrained) or 'none'}")
-    travelled = [p for p in (carry / "gpu_run.json").read_text().split('"') if p.endswith(BF16_SUFFIX)]
+    travelled = [p for p in packed if p.endswith(BF16_SUFFIX)]
     pretrain_b = {p.parent.name: read_status(p.parent).get("status") for p in folder.glob("pretrain/*/benchmark.json")}
     run.check("every pre-training finished on machine B", set(pretrain_b.values()) == {"finished"},
               f"{pretrain_b}; checkpoints carried as bfloat16: {', '.join(travelled) or 'none'}")

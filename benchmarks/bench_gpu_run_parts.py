@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batches", type=int, default=20)
     p.add_argument("--pretrain-batches", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--views-on-device", action="store_true",
+                   help="pre-training with the bundles' views_on_device (the two views drawn in the iteration)")
     p.add_argument("--out", type=Path, default=Path("results/gpu_run_parts_cpu.json"))
     args = p.parse_args(argv)
     torch.manual_seed(0)
@@ -118,12 +120,14 @@ def main(argv: list[str] | None = None) -> None:
             common.update(num_pretrain=8, num_val=2, num_test=4)
         train = parser_for("train", {**common, "batch_size": 5, "num_labeled": 1, "labeled_pool": "train+pretrain",
                                      "iterations_per_epoch": 10_000, "output_dir": tmp})
-        pretrain = parser_for("pretrain", {**common, "batch_size": 48, "pretrain_dir": tmp})
+        pretrain = parser_for("pretrain", {**common, "batch_size": 48, "pretrain_dir": tmp,
+                                           "views_on_device": args.views_on_device})
         out = {
             "data": "ACDC" if args.data_root else "synthetic",
             "threads": torch.get_num_threads(),
             "finetune_loader": {"batch_size": 5, **loader_seconds(train, args.batches)},
-            "pretrain_loader": {"batch_size": 48, **loader_seconds(pretrain, args.pretrain_batches)},
+            "pretrain_loader": {"batch_size": 48, "views_on_device": args.views_on_device,
+                                **loader_seconds(pretrain, args.pretrain_batches)},
             "finetune_step": {"batch_size": 5, "image_size": 128,
                               **finetune_step(train, 5, 128, args.repeats)},
         }

@@ -160,6 +160,8 @@ def test_budgets_plan_the_paper_comparison(tmp_path):
         assert preset.finetune["labeled_pool"] == "train+pretrain"
     assert get_budget("paper").preset().pretrain["epochs"] == 300
     assert get_budget("paper").preset().finetune["epochs"] == 300
+    assert get_budget("default").preset().pretrain["epochs"] == 100  # the cut of docs/gpu_run.md
+    assert get_budget("default").preset().finetune["epochs"] == 300
     experiment = Experiment("x", "acdc", get_budget("default").preset(), data_root=tmp_path, results_dir=tmp_path)
     pretrain, finetune = plan_cells(experiment)
     assert sorted(c.method for c in pretrain) == ["gcl", "simclr"]

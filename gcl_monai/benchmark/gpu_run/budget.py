@@ -82,20 +82,23 @@ _PAPER_SPEED = (
     "--batch-size", "48", "--features", "32", "64", "128", "256", "512", "32", "--iterations", "20", "--warmup", "5",
     "--loader-patients", "24",
 )
+#: loader workers of each pre-training (two side by side) and of each fine-tuning cell (``jobs`` at once): the
+#: 16 cores of the lent machine shared among them (the bundles' default gives each run min(8, cores))
+_GPU_LOADERS = {"pretrain": {"num_workers": 6}, "finetune": {"num_workers": 2}}
 _PAPER = GpuRunBudget(
     name="paper",
     device="cuda:0",
     common=PAPER.common,
-    pretrain=PAPER.pretrain,
-    finetune={**_FINETUNE, "val_interval": 25},
+    pretrain={**PAPER.pretrain, **_GPU_LOADERS["pretrain"]},
+    finetune={**_FINETUNE, "val_interval": 25, **_GPU_LOADERS["finetune"]},
     speed=_PAPER_SPEED,
 )
-#: the default: the paper's recipes at a cut number of pre-training epochs and fine-tuning epochs, so that the whole
-#: run fits 25 minutes of an H100 (docs/gpu_run.md, "Predicted time")
+#: the default: the paper's recipes, the pre-training cut to 100 of its 300 epochs, so that the whole run fits
+#: 25 minutes of an H100 (docs/gpu_run.md, "Predicted time")
 _DEFAULT = _PAPER.replace(
     name="default",
-    pretrain={**PAPER.pretrain, "epochs": 100},
-    finetune={**_FINETUNE, "epochs": 100, "val_interval": 10},
+    pretrain={**_PAPER.pretrain, "epochs": 100},
+    speed=(*_PAPER_SPEED[:-6], "--iterations", "10", "--warmup", "3", "--loader-patients", "12"),
 )
 #: the rehearsal on a CPU: every step and code path at tiny sizes (a synthetic dataset of 12 patients at 32 x 32)
 _REHEARSE = GpuRunBudget(

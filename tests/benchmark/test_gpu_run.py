@@ -110,6 +110,9 @@ def test_pack_and_unpack_resume_a_run(tmp_path):
 
 def test_pack_leaves_behind_what_the_terms_have_no_room_for(tmp_path):
     _work_with_pretrainings(tmp_path / "work")
+    experiment = tmp_path / "work" / "results" / "x_acdc"
+    (experiment / "finetune" / "gcl_L1_d0_s0" / "eval").mkdir(parents=True)  # a cell that loaded an earlier encoder
+    (experiment / "finetune" / "gcl_L1_d0_s0" / "eval" / "dice.json").write_text("{}")
     # room for the small files and the 16 kB encoder, not also for the bfloat16 checkpoint (16 kB)
     terms = LendingTerms(max_files=8, max_file_bytes=10_000, max_total_bytes=(64 << 10) + 25_000)
     manifest = pack(tmp_path / "work", tmp_path / "out", "# report\n", terms=terms)
@@ -117,7 +120,12 @@ def test_pack_leaves_behind_what_the_terms_have_no_room_for(tmp_path):
     assert len(manifest["parts"]) >= 2  # cut into parts of 10 000 bytes
     assert returned_violations(tmp_path / "out", terms) == []
     unpack(tmp_path / "out", tmp_path / "fresh")
-    assert (tmp_path / "fresh" / "results" / "x_acdc" / "pretrain" / "simclr" / "encoder.pt").exists()
+    fresh = tmp_path / "fresh" / "results" / "x_acdc"
+    assert (fresh / "pretrain" / "simclr" / "encoder.pt").exists()
+    # the pre-training without its checkpoint runs again from scratch, and its method's cells with the new encoder
+    assert sorted(p.name for p in (fresh / "pretrain").iterdir()) == ["simclr"]
+    assert sorted(p.name for p in (fresh / "finetune").iterdir()) == ["random_L1_d0_s0"]
+    assert sorted(p.name for p in (fresh / "discarded").iterdir()) == ["finetune_gcl_L1_d0_s0", "pretrain_gcl"]
 
 
 def test_state_reruns_interrupted_steps_and_retries_a_failed_one_once(tmp_path):

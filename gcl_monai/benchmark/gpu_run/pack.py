@@ -12,7 +12,8 @@ The output folder gets at most ``max_files`` files, none in a sub-folder:
   while the terms leave room, in this order, the ``encoder.pt`` of each finished pre-training (float32, exact) and
   the last checkpoint of each unfinished one (its floating-point tensors as bfloat16, half the bytes: the
   resumed run goes on from weights and momentum rounded to bfloat16). Fine-tuned models and the data stay behind:
-  the results need neither, and a finished cell is never run again.
+  the results need neither, and a finished cell is never run again. A pre-training whose weights find no room is
+  named in ``left_behind``: a fresh machine pre-trains it again and fine-tunes its method's cells again.
 
 :py:func:`unpack` restores a work folder from such an output folder (the checkpoints back to float32).
 """
@@ -20,6 +21,7 @@ The output folder gets at most ``max_files`` files, none in a sub-folder:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tarfile
@@ -36,6 +38,8 @@ from gcl_monai.benchmark.gpu_run.terms import TERMS, LendingTerms
 from gcl_monai.handlers import latest_checkpoint
 
 __all__ = ["ARCHIVE", "BF16_SUFFIX", "REPORT", "pack", "unpack"]
+
+logger = logging.getLogger("gcl_monai.benchmark")
 
 ARCHIVE = "run.tgz"
 REPORT = "report.md"
@@ -154,7 +158,8 @@ def _split(archive: Path, out: Path, part_bytes: int) -> list[Path]:
 def unpack(returned: Path, work: Path) -> dict:
     """
     Restores a work folder from the files a ``gpu-run`` command brought back (``returned``): the archive's parts
-    joined and extracted, each bfloat16 checkpoint written back as float32 under its own name.
+    joined and extracted, each bfloat16 checkpoint written back as float32 under its own name, and each pre-training
+    whose weights were left behind set aside with its method's fine-tuning cells (:py:func:`_discard_pretraining`).
 
     Returns:
         the state read from the archive.
@@ -183,4 +188,24 @@ def unpack(returned: Path, work: Path) -> dict:
                    full.with_suffix(".tmp"))
         os.replace(full.with_suffix(".tmp"), full)
         half.unlink()
+    returned_state = json.loads((returned / STATE_FILE).read_text()) if (returned / STATE_FILE).exists() else {}
+    for path in returned_state.get("returned", {}).get("left_behind", []):
+        _discard_pretraining(work / Path(path).parent)
     return json.loads((work / STATE_FILE).read_text())
+
+
+def _discard_pretraining(folder: Path) -> None:
+    """
+    A pre-training whose weights stayed on the last machine runs again from scratch here: its folder (status,
+    TensorBoard scalars) and the fine-tuning cells of its method (``finetune/<method>_L*``, which loaded the encoder
+    that stayed behind) are moved to ``discarded/``, so that no row of the comparison mixes two encoders.
+    """
+    experiment, method = folder.parents[1], folder.name
+    moved = [folder, *sorted((experiment / "finetune").glob(f"{method}_L*"))]
+    for path in moved:
+        target = experiment / "discarded" / f"{path.parent.name}_{path.name}"
+        shutil.rmtree(target, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(path), target)
+    logger.warning("The weights of %s stayed on the last machine: it pre-trains again; moved to %s: %s.", folder,
+                   experiment / "discarded", ", ".join(p.name for p in moved))

@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import gcl_monai
 from gcl_monai.benchmark.bundles import default_bundle_dir
 from gcl_monai.benchmark.experiment import DATASETS, Experiment
 from gcl_monai.benchmark.gpu_run.budget import GpuRunBudget
@@ -53,7 +52,7 @@ PHANTOM_SIZE = 48
 
 def checkout_root() -> Path | None:
     """The source checkout holding ``benchmarks/`` (None for an installed package without it)."""
-    root = Path(gcl_monai.__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]  # <root>/gcl_monai/benchmark/gpu_run/steps.py
     return root if (root / "benchmarks" / "bench_pretrain_iteration.py").is_file() else None
 
 

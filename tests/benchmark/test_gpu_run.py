@@ -68,10 +68,12 @@ def _work_with_pretrainings(work: Path) -> dict[str, torch.Tensor]:
     torch.save({"model": {"w": torch.zeros(1)}}, interrupted / "checkpoint_epoch=2.pt")
     torch.save(checkpoint, interrupted / "checkpoint_epoch=3.pt")
     model = work / "results" / "x_acdc" / "finetune" / "random_L1_d0_s0"
-    model.mkdir(parents=True)
+    write_status(model, {"status": "finished", "trained": True})
     torch.save({"w": torch.randn(10)}, model / "model.pt")
     (model / "eval").mkdir()
     (model / "eval" / "dice.json").write_text("{}")
+    # trained, not evaluated yet: its model does not travel, so a fresh machine trains it again
+    write_status(work / "results" / "x_acdc" / "finetune" / "random_L2_d0_s0", {"status": "interrupted", "trained": True})
     (work / "data").mkdir()
     (work / "data" / "volume.nii.gz").write_bytes(b"data")
     return {"encoder": encoder["conv_0.weight"], "model": checkpoint["model"]["w"],
@@ -102,6 +104,9 @@ def test_pack_and_unpack_resume_a_run(tmp_path):
     assert torch.equal(checkpoint["model"]["w"], tensors["model"].to(torch.bfloat16).float())
     momentum = checkpoint["optimizer"]["state"][0]["momentum_buffer"]
     assert torch.allclose(momentum, tensors["momentum"], rtol=2**-8, atol=0)
+    cells = tmp_path / "fresh" / "results" / "x_acdc"
+    assert [p.name for p in (cells / "finetune").iterdir()] == ["random_L1_d0_s0"]
+    assert [p.name for p in (cells / "discarded").iterdir()] == ["finetune_random_L2_d0_s0"]
     with pytest.raises(ValueError, match="already holds a run"):
         unpack(out, tmp_path / "fresh")
     with pytest.raises(FileNotFoundError, match="no run.tgz"):
@@ -125,7 +130,8 @@ def test_pack_leaves_behind_what_the_terms_have_no_room_for(tmp_path):
     # the pre-training without its checkpoint runs again from scratch, and its method's cells with the new encoder
     assert sorted(p.name for p in (fresh / "pretrain").iterdir()) == ["simclr"]
     assert sorted(p.name for p in (fresh / "finetune").iterdir()) == ["random_L1_d0_s0"]
-    assert sorted(p.name for p in (fresh / "discarded").iterdir()) == ["finetune_gcl_L1_d0_s0", "pretrain_gcl"]
+    discarded = sorted(p.name for p in (fresh / "discarded").iterdir())
+    assert discarded == ["finetune_gcl_L1_d0_s0", "finetune_random_L2_d0_s0", "pretrain_gcl"]
 
 
 def test_state_reruns_interrupted_steps_and_retries_a_failed_one_once(tmp_path):
@@ -205,3 +211,25 @@ def test_rehearsal_of_the_gpu_runbook(tmp_path):
     assert {"gpu_run.json", "report.md", "speed_cpu.json"} <= {p.name for p in final.iterdir()}
     text = (final / "report.md").read_text()
     assert "| compare | done |" in text and "## Comparison" in text and "## Diagnosis of the default recipe" in text
+
+
+def test_a_checkpoint_replaced_while_packing_is_left_behind_not_fatal(tmp_path, monkeypatch):
+    _work_with_pretrainings(tmp_path / "work")
+
+    def replaced(*args, **kwargs):
+        raise FileNotFoundError("checkpoint_epoch=3.pt")
+
+    monkeypatch.setattr(torch, "load", replaced)  # the worker removed it after it was listed
+    manifest = pack(tmp_path / "work", tmp_path / "out", "# report\n")
+    assert manifest["left_behind"] == ["results/x_acdc/pretrain/gcl/checkpoint_epoch=3.pt.bf16"]
+    assert "results/x_acdc/pretrain/simclr/encoder.pt" in manifest["packed"]
+
+
+def test_a_worker_without_data_stops_the_run_with_the_reason(tmp_path):
+    from gcl_monai.benchmark.gpu_run.worker import run_worker
+
+    RunState(tmp_path).create("default", str(tmp_path / "nowhere"))
+    assert run_worker(tmp_path) == 1
+    state = RunState(tmp_path)
+    assert "holds no acdc/ folder" in state.read()["stopped"] and state.finished()
+    assert all(step["status"] == "pending" for step in state.read()["steps"].values())

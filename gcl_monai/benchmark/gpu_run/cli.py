@@ -140,7 +140,8 @@ def main_gpu_run(argv: Sequence[str]) -> int:
         print("The run goes on: run the same command again to wait for it and collect.")
         return 2
     if not state.finished():
-        print(f"The worker ended with steps left: see {args.work / 'logs' / 'worker.log'}.")
-        return 1
+        print(f"Steps left to run or retry ({', '.join(state.steps_to_run())}): run the same command again "
+              f"(the worker's log: {args.work / 'logs' / 'worker.log'}).")
+        return 2
     failed = any(s["status"] == "failed" for s in current["steps"].values())
     return 1 if current["stopped"] or failed else 0

@@ -123,19 +123,27 @@ def pack(work: Path, out: Path, report: str, extra: Iterable[Path] = (), terms: 
         archive = Path(tmp) / ARCHIVE
         with tarfile.open(archive, "w:gz", compresslevel=6) as tar:
             for path in small:
-                tar.add(path, arcname=str(path.relative_to(work)))
+                try:
+                    tar.add(path, arcname=str(path.relative_to(work)))
+                except FileNotFoundError:  # replaced or removed by the running worker since it was listed
+                    packed.remove(str(path.relative_to(work)))
             for path, half in _weights(work):
                 relative = str(path.relative_to(work))
-                if half:
-                    converted = Path(tmp) / "checkpoint.bf16"
-                    torch.save(_cast(torch.load(path, map_location="cpu", weights_only=True), torch.float32,
-                                     torch.bfloat16), converted)
-                    path, relative = converted, relative + BF16_SUFFIX
-                size = path.stat().st_size
-                if used + size > room:
-                    left_behind.append(relative)
+                try:
+                    if half:
+                        converted = Path(tmp) / "checkpoint.bf16"
+                        torch.save(_cast(torch.load(path, map_location="cpu", weights_only=True), torch.float32,
+                                         torch.bfloat16), converted)
+                        path, relative = converted, relative + BF16_SUFFIX
+                    size = path.stat().st_size
+                    if used + size > room:
+                        left_behind.append(relative)
+                        continue
+                    tar.add(path, arcname=relative)
+                except (FileNotFoundError, RuntimeError) as error:  # a checkpoint the worker replaced meanwhile
+                    logger.warning("Not packed: %s (%s); the next call packs the newer one.", relative, error)
+                    left_behind.append(relative + (BF16_SUFFIX if half and not relative.endswith(BF16_SUFFIX) else ""))
                     continue
-                tar.add(path, arcname=relative)
                 used += size
                 packed.append(relative)
         parts = _split(archive, out, terms.max_file_bytes)
@@ -160,6 +168,8 @@ def unpack(returned: Path, work: Path) -> dict:
     Restores a work folder from the files a ``gpu-run`` command brought back (``returned``): the archive's parts
     joined and extracted, each bfloat16 checkpoint written back as float32 under its own name, and each pre-training
     whose weights were left behind set aside with its method's fine-tuning cells (:py:func:`_discard_pretraining`).
+    A fine-tuning cell that did not finish (trained but not yet evaluated: its model stayed behind) is set aside too,
+    so that it is trained again.
 
     Returns:
         the state read from the archive.
@@ -191,7 +201,19 @@ def unpack(returned: Path, work: Path) -> dict:
     returned_state = json.loads((returned / STATE_FILE).read_text()) if (returned / STATE_FILE).exists() else {}
     for path in returned_state.get("returned", {}).get("left_behind", []):
         _discard_pretraining(work / Path(path).parent)
+    for status in sorted(work.glob(f"results/*/finetune/*/{STATUS_FILE}")):
+        if read_status(status.parent).get("status") != "finished":
+            _discard(status.parent)
     return json.loads((work / STATE_FILE).read_text())
+
+
+def _discard(folder: Path) -> None:
+    """Moves a cell's or pre-training's folder to ``<experiment>/discarded/`` (kept to read, never run on)."""
+    experiment = folder.parents[1]
+    target = experiment / "discarded" / f"{folder.parent.name}_{folder.name}"
+    shutil.rmtree(target, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(folder), target)
 
 
 def _discard_pretraining(folder: Path) -> None:
@@ -203,9 +225,6 @@ def _discard_pretraining(folder: Path) -> None:
     experiment, method = folder.parents[1], folder.name
     moved = [folder, *sorted((experiment / "finetune").glob(f"{method}_L*"))]
     for path in moved:
-        target = experiment / "discarded" / f"{path.parent.name}_{path.name}"
-        shutil.rmtree(target, ignore_errors=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(path), target)
+        _discard(path)
     logger.warning("The weights of %s stayed on the last machine: it pre-trains again; moved to %s: %s.", folder,
                    experiment / "discarded", ", ".join(p.name for p in moved))

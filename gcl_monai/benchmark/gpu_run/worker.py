@@ -33,7 +33,12 @@ def run_worker(work: Path) -> int:
     with worker_lock(work, blocking=True):
         budget = get_budget(state.read()["budget"])
         state.update(machines=state.read()["machines"] + 1)
-        data = steps.data_root(work, budget, state.read()["data_root"])
+        try:
+            data = steps.data_root(work, budget, state.read()["data_root"])
+        except FileNotFoundError as error:  # no later call can do better: stop with the reason
+            logger.error("STOPPED: %s", error)
+            state.update(stopped=str(error))
+            return 1
         failed = False
         for name in state.steps_to_run():
             step = state.read()["steps"][name]

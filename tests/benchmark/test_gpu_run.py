@@ -233,3 +233,55 @@ def test_a_worker_without_data_stops_the_run_with_the_reason(tmp_path):
     state = RunState(tmp_path)
     assert "holds no acdc/ folder" in state.read()["stopped"] and state.finished()
     assert all(step["status"] == "pending" for step in state.read()["steps"].values())
+
+
+def test_collect_copies_the_results_without_weights(tmp_path):
+    from gcl_monai.benchmark.gpu_run.pack import collect
+
+    work = tmp_path / "work"
+    _work_with_pretrainings(work)
+    for name in ("plan.json", "results.csv", "table.md"):
+        (work / "results" / "x_acdc" / name).write_text(name)
+    (work / "diagnose").mkdir()
+    (work / "diagnose" / "report.md").write_text("# Diagnosis")
+    (work / "speed_cuda.json").write_text("{}")
+    pack(work, tmp_path / "out", "# report\n", extra=[work / "speed_cuda.json"])
+    written = collect(tmp_path / "out", tmp_path / "docs")
+    names = sorted(p.name for p in written)
+    assert names == ["diagnosis.md", "gpu_run.json", "plan.json", "report.md", "results.csv", "speed_cuda.json",
+                     "table.md"]
+    assert (tmp_path / "docs" / "table.md").read_text() == "table.md"
+    assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == names
+
+
+def test_speed_lines_give_the_pretraining_time_at_the_measured_speed():
+    from gcl_monai.benchmark.gpu_run.summary import speed_lines
+
+    variant = {"median_s": 0.1, "ratio_to_simclr": 5.0, "combine_share": 0.25, "grad_filter_share": 0.2}
+    speed = {"device": "H100", "variants": {"simclr": {**variant, "median_s": 0.02}, "gcl": variant,
+                                             "gcl_views_on_device": {**variant, "median_s": 0.13}},
+             "gcl_consumption_slices_per_s": 240.0, "pipeline_slices_per_s": {"bundle": 480.0}}
+    lines = speed_lines(speed, pretrain_epochs=100)
+    assert "full GCL 0.1000 s: 5.00x (target <= 2.5x)" in lines[1]
+    # 880 / 48 iterations per epoch x (0.13 + 0.02) s = 2.75 s; 100 epochs = 4.6 min
+    assert "100 epochs x 2.75 s = 4.6 min of GPU time" in lines[3]
+    assert lines[4] == "- data pipeline (bundle): 480 slices/s, 2.00x what full GCL consumes (target >= 1.5x)"
+
+
+def test_split_files_follow_the_data_to_another_machine(tmp_path):
+    from gcl_monai.benchmark.gpu_run.steps import relocate_splits
+
+    old, new = tmp_path / "a" / "acdc", tmp_path / "b" / "acdc"
+    (new / "training").mkdir(parents=True)
+    (new / "training" / "p1.nii.gz").write_bytes(b"x")
+    split = {"pretrain": [{"image": f"{old}/training/p1.nii.gz", "patient": "p1", "organ_state": 0}]}
+    path = tmp_path / "work" / "results" / "x_acdc" / "split.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(split))
+    assert relocate_splits(tmp_path / "work", str(old), str(new)) == [path]
+    moved = json.loads(path.read_text())["pretrain"][0]
+    assert moved == {"image": f"{new}/training/p1.nii.gz", "patient": "p1", "organ_state": 0}
+    split["pretrain"][0]["label"] = f"{old}/training/p1_gt.nii.gz"  # not on the new machine
+    path.write_text(json.dumps(split))
+    with pytest.raises(FileNotFoundError, match="p1_gt.nii.gz is not in this machine's data"):
+        relocate_splits(tmp_path / "work", str(old), str(new))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from gcl_monai.benchmark.gpu_run import steps
 from gcl_monai.benchmark.gpu_run.budget import BUDGETS, get_budget
-from gcl_monai.benchmark.gpu_run.pack import ARCHIVE, pack, unpack
+from gcl_monai.benchmark.gpu_run.pack import ARCHIVE, collect, pack, unpack
 from gcl_monai.benchmark.gpu_run.state import RunState, worker_running
 from gcl_monai.benchmark.gpu_run.summary import run_report
 
@@ -58,6 +58,11 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
     p.add_argument("--data-root", default=os.environ.get("GCL_DATA_ROOT"),
                    help="folder holding acdc/ (default $GCL_DATA_ROOT; the rehearsal generates a phantom without it)")
     p.add_argument("--wait", type=float, default=DEFAULT_WAIT, help=f"seconds to wait (default {DEFAULT_WAIT})")
+    p.add_argument(
+        "--collect", type=Path, default=None, metavar="RETURNED",
+        help="do not run: copy the results of what a call brought back (RETURNED) into --out, as docs/results keeps "
+        "an experiment (results.csv, table.md, report.md, the speed JSON, the diagnosis; no weights)",
+    )
     p.add_argument(
         "--rehearse", action="store_true",
         help="rehearse the whole runbook on this CPU at tiny sizes: separate commands, a machine given back mid-run "
@@ -109,6 +114,10 @@ def _start_worker(work: Path) -> subprocess.Popen:
 
 def main_gpu_run(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
+    if args.collect is not None:
+        for path in collect(args.collect, args.out):
+            print(path)
+        return 0
     if args.rehearse:
         from gcl_monai.benchmark.gpu_run.rehearse import rehearse
 
@@ -128,7 +137,8 @@ def main_gpu_run(argv: Sequence[str]) -> int:
     data = Path(args.data_root) if args.data_root else args.work / "data"
     folder = steps.experiment(args.work, budget, data).folder
     speed = steps.speed_file(args.work, budget)
-    manifest = pack(args.work, args.out, run_report(args.work, speed, folder), [speed] if speed.exists() else [])
+    report = run_report(args.work, speed, folder, budget.pretrain.get("epochs"))
+    manifest = pack(args.work, args.out, report, [speed] if speed.exists() else [])
     current = state.read()
     print("\n".join(
         [f"gpu-run ({args.budget}): " + ", ".join(f"{n} {s['status']}" for n, s in current["steps"].items())]

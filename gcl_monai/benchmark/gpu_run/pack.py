@@ -37,7 +37,7 @@ from gcl_monai.benchmark.gpu_run.state import LOCK_FILE, STATE_FILE
 from gcl_monai.benchmark.gpu_run.terms import TERMS, LendingTerms
 from gcl_monai.handlers import latest_checkpoint
 
-__all__ = ["ARCHIVE", "BF16_SUFFIX", "REPORT", "pack", "unpack"]
+__all__ = ["ARCHIVE", "BF16_SUFFIX", "COLLECTED", "REPORT", "collect", "pack", "unpack"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
@@ -45,6 +45,9 @@ ARCHIVE = "run.tgz"
 REPORT = "report.md"
 #: suffix, inside the archive, of a checkpoint whose floating-point tensors were stored as bfloat16
 BF16_SUFFIX = ".bf16"
+#: the files of the comparison's folder that :py:func:`collect` copies (what docs/results keeps of an experiment)
+COLLECTED = ("results.csv", "table.md", "plan.json", "split.json", "progress.log", "dice_vs_L.png",
+             "pretrain_curves.png")
 #: folders of the work folder never packed: the data (generated or unpacked on each machine)
 _LEFT_OUT_DIRS = ("data",)
 #: headroom for the tar and gzip framing around the files' bytes
@@ -228,3 +231,33 @@ def _discard_pretraining(folder: Path) -> None:
         _discard(path)
     logger.warning("The weights of %s stayed on the last machine: it pre-trains again; moved to %s: %s.", folder,
                    experiment / "discarded", ", ".join(p.name for p in moved))
+
+
+def collect(returned: Path, into: Path) -> list[Path]:
+    """
+    The results of what a ``gpu-run`` call brought back, as docs/results keeps an experiment: the comparison's
+    :py:data:`COLLECTED` files, ``report.md``, ``gpu_run.json``, the speed JSON and the diagnosis' ``report.md``
+    (as ``diagnosis.md``) copied into ``into``; no weights.
+
+    Returns:
+        the files written.
+
+    Raises:
+        FileNotFoundError: ``returned`` holds no ``run.tgz.*`` parts.
+    """
+    returned, into = Path(returned), Path(into)
+    into.mkdir(parents=True, exist_ok=True)
+    written = []
+    with tempfile.TemporaryDirectory() as tmp:
+        unpack(returned, Path(tmp) / "work")
+        work = Path(tmp) / "work"
+        pairs = [(returned / name, into / name) for name in (REPORT, STATE_FILE)]
+        pairs += [(path, into / path.name) for path in returned.glob("speed_*.json")]
+        pairs.append((work / "diagnose" / "report.md", into / "diagnosis.md"))
+        for experiment in sorted(work.glob("results/*/plan.json")):
+            pairs += [(experiment.parent / name, into / name) for name in COLLECTED]
+        for source, target in pairs:
+            if source.exists():
+                shutil.copyfile(source, target)
+                written.append(target)
+    return written

@@ -5,7 +5,7 @@ machine's disk) and what came back:
 
 1. on machine A, a first command starts the run and returns at once;
 2. once a fine-tuning cell is finished, a second command on A collects what is done;
-3. machine A is given back: its worker is killed in the middle of the run;
+3. machine A is given back: its worker is killed in the middle of the run and its work folder deleted;
 4. what the second command brought back is carried to machine B (a new, empty work folder) and a third command
    resumes from it and waits for the end.
 
@@ -134,6 +134,7 @@ def rehearse(out: Path, data_root: str | None = None) -> int:
         f"checkout {sizes['total'] / MIB:.1f} MiB + .offline {offline / MIB:.1f} MiB + carried {carried / MIB:.2f} "
         f"MiB = {total / MIB:.1f} MiB (limit {TERMS.tree_bytes / MIB:.0f} MiB)",
     )
+    shutil.rmtree(machine_a)  # the machine went back with its disk: nothing of it but the carry reaches B
     code, final = run.command("command-3", "machine-b", wait=_STAGE_SECONDS, resume=carry)
     run.check("command-3 resumes on machine B and finishes the run", code == 0, f"exit code {code}")
     state = RunState(machine_b).read()

@@ -28,13 +28,14 @@ from gcl_monai.benchmark.experiment import DATASETS, Experiment
 from gcl_monai.benchmark.gpu_run.budget import GpuRunBudget
 from gcl_monai.benchmark.report import read_results
 from gcl_monai.benchmark.runner import run_experiment
-from gcl_monai.data import ensure_phantom
+from gcl_monai.data import ensure_phantom, load_split, save_split
 
 __all__ = [
     "DATASET",
     "checkout_root",
     "data_root",
     "experiment",
+    "relocate_splits",
     "run_compare",
     "run_diagnose",
     "run_speed",
@@ -73,6 +74,40 @@ def data_root(work: Path, budget: GpuRunBudget, given: str | None) -> Path:
     root = Path(work) / "data"
     ensure_phantom(root / DATASETS[DATASET][1], num_patients=budget.phantom_patients, image_size=PHANTOM_SIZE)
     return root
+
+
+def relocate_splits(work: Path, old: str, new: str) -> list[Path]:
+    """
+    Points the split files of a run resumed on another machine at this machine's copy of the data: every ``image``
+    and ``label`` path under the dataset folder ``old`` is moved under ``new`` (the split files hold absolute
+    paths; the patients, and so the comparison, stay the same).
+
+    Args:
+        work: the work folder.
+        old: the dataset folder the split files were written with.
+        new: this machine's dataset folder.
+
+    Returns:
+        the split files rewritten.
+
+    Raises:
+        FileNotFoundError: naming a volume of a split that is not in ``new``.
+    """
+    old, new = str(Path(old)), str(Path(new))
+    rewritten = []
+    for path in sorted(Path(work).glob("results/*/split*.json")) + sorted(Path(work).glob("diagnose/run/split.json")):
+        split = load_split(path)
+        for entries in split.values():
+            for entry in entries:
+                for key in ("image", "label"):
+                    value = entry.get(key)
+                    if isinstance(value, str) and value.startswith(old + "/"):
+                        entry[key] = new + value[len(old):]
+                        if not Path(entry[key]).exists():
+                            raise FileNotFoundError(f"{path}: {entry[key]} is not in this machine's data ({new}).")
+        save_split(split, path)
+        rewritten.append(path)
+    return rewritten
 
 
 def _run_logged(argv: list[str], log: Path, cwd: Path | None) -> int:

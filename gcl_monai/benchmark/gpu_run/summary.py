@@ -12,8 +12,16 @@ from gcl_monai.benchmark.gpu_run.state import RunState
 __all__ = ["run_report", "speed_lines"]
 
 
-def speed_lines(speed: dict[str, Any]) -> list[str]:
-    """The speed benchmark's figures against the issue's GPU targets, one line each."""
+#: pre-training iterations per epoch on ACDC at batch 48 (the 48 pre-training patients hold about 880 slices)
+ACDC_ITERATIONS_PER_EPOCH = 880 / 48
+
+
+def speed_lines(speed: dict[str, Any], pretrain_epochs: int | None = None) -> list[str]:
+    """
+    The speed benchmark's figures against the issue's GPU targets, one line each, and, given the budget's
+    ``pretrain_epochs``, the time the two pre-trainings take at the measured speed (their iterations on the one
+    GPU one after the other, :py:data:`ACDC_ITERATIONS_PER_EPOCH` per epoch; docs/gpu_run.md predicted it).
+    """
     lines = [f"Device: {speed.get('device', '?')}, torch {speed.get('torch', '?')}."]
     variants = speed.get("variants", {})
     if "gcl" in variants and "simclr" in variants:
@@ -24,6 +32,13 @@ def speed_lines(speed: dict[str, Any]) -> list[str]:
             f"- full GCL: combine {100 * gcl['combine_share']:.1f}%, GradFilter {100 * gcl['grad_filter_share']:.1f}% "
             "of an iteration (targets < 10% each)",
         ]
+        if pretrain_epochs:
+            per_epoch = ACDC_ITERATIONS_PER_EPOCH * (variants.get("gcl_views_on_device", gcl)["median_s"]
+                                                     + simclr["median_s"])
+            lines.append(
+                f"- the two pre-trainings at this speed: {pretrain_epochs} epochs x {per_epoch:.2f} s = "
+                f"{pretrain_epochs * per_epoch / 60:.1f} min of GPU time (docs/gpu_run.md predicts 2.6 s per epoch)"
+            )
     consumption = speed.get("gcl_consumption_slices_per_s")
     for name, rate in speed.get("pipeline_slices_per_s", {}).items():
         against = f", {rate / consumption:.2f}x what full GCL consumes (target >= 1.5x)" if consumption else ""
@@ -41,7 +56,9 @@ def _tail(path: Path, lines: int) -> str:
     return "\n".join(path.read_text().splitlines()[-lines:]) if path.exists() else ""
 
 
-def run_report(work: Path, speed_path: Path | None, experiment_folder: Path | None) -> str:
+def run_report(
+    work: Path, speed_path: Path | None, experiment_folder: Path | None, pretrain_epochs: int | None = None
+) -> str:
     """
     The Markdown report of the run so far.
 
@@ -49,6 +66,7 @@ def run_report(work: Path, speed_path: Path | None, experiment_folder: Path | No
         work: the work folder.
         speed_path: the speed JSON (None or missing: not measured yet).
         experiment_folder: the comparison's folder (None or missing: not started yet).
+        pretrain_epochs: the budget's pre-training epochs (the time they take at the measured speed is shown).
     """
     state = RunState(work).read()
     out = [f"# gpu-run, budget `{state['budget']}`", ""]
@@ -59,7 +77,7 @@ def run_report(work: Path, speed_path: Path | None, experiment_folder: Path | No
         out.append(f"| {name} | {step['status']} | {step['seconds']:.0f} | {step['attempts']} | {step['message']} |")
     out += ["", f"Machines so far: {state['machines']}.", ""]
     if speed_path is not None and speed_path.exists():
-        out += ["## Speed", "", *speed_lines(json.loads(speed_path.read_text())), ""]
+        out += ["## Speed", "", *speed_lines(json.loads(speed_path.read_text()), pretrain_epochs), ""]
     diagnosis = Path(work) / "diagnose" / "report.md"
     if diagnosis.exists():
         # its headings two levels down, under this report's own

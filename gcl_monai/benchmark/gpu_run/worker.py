@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from gcl_monai.benchmark.experiment import DATASETS
 from gcl_monai.benchmark.gpu_run import steps
 from gcl_monai.benchmark.gpu_run.budget import get_budget
 from gcl_monai.benchmark.gpu_run.state import RunState, worker_lock
@@ -39,6 +40,12 @@ def run_worker(work: Path) -> int:
             logger.error("STOPPED: %s", error)
             state.update(stopped=str(error))
             return 1
+        dataset_dir = str((data / DATASETS[steps.DATASET][1]).resolve())
+        previous = state.read().get("dataset_dir")
+        if previous and previous != dataset_dir:  # resumed on another machine, whose data is elsewhere
+            moved = steps.relocate_splits(work, previous, dataset_dir)
+            logger.info("Split files pointed from %s to %s: %s.", previous, dataset_dir, ", ".join(map(str, moved)))
+        state.update(dataset_dir=dataset_dir)
         failed = False
         for name in state.steps_to_run():
             step = state.read()["steps"][name]

@@ -113,7 +113,7 @@ _REHEARSE = GpuRunBudget(
         "num_val": 2,
         "num_test": 2,
     },
-    pretrain={**PAPER.pretrain, "batch_size": 4, "epochs": 2},
+    pretrain={**PAPER.pretrain, "batch_size": 4, "epochs": 2, "views_on_device": True},
     finetune={**_FINETUNE, "epochs": 2, "val_interval": 1},
     num_labeled=(1, 2),
     repeats=1,

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gcl_monai.benchmark.gpu_run import steps
+from gcl_monai.benchmark.presets import preset_cuts
 from gcl_monai.benchmark.gpu_run.budget import BUDGETS, get_budget
 from gcl_monai.benchmark.gpu_run.pack import ARCHIVE, collect, pack, unpack
 from gcl_monai.benchmark.gpu_run.state import RunState, worker_running
@@ -137,7 +138,7 @@ def main_gpu_run(argv: Sequence[str]) -> int:
     data = Path(args.data_root) if args.data_root else args.work / "data"
     folder = steps.experiment(args.work, budget, data).folder
     speed = steps.speed_file(args.work, budget)
-    report = run_report(args.work, speed, folder, budget.pretrain.get("epochs"))
+    report = run_report(args.work, speed, folder, budget.pretrain.get("epochs"), preset_cuts(budget.preset()))
     manifest = pack(args.work, args.out, report, [speed] if speed.exists() else [])
     current = state.read()
     print("\n".join(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,11 @@ def _tail(path: Path, lines: int) -> str:
 
 
 def run_report(
-    work: Path, speed_path: Path | None, experiment_folder: Path | None, pretrain_epochs: int | None = None
+    work: Path,
+    speed_path: Path | None,
+    experiment_folder: Path | None,
+    pretrain_epochs: int | None = None,
+    cuts: Sequence[str] = (),
 ) -> str:
     """
     The Markdown report of the run so far.
@@ -67,6 +72,7 @@ def run_report(
         speed_path: the speed JSON (None or missing: not measured yet).
         experiment_folder: the comparison's folder (None or missing: not started yet).
         pretrain_epochs: the budget's pre-training epochs (the time they take at the measured speed is shown).
+        cuts: what the budget changes from the paper's protocol, one line each.
     """
     state = RunState(work).read()
     out = [f"# gpu-run, budget `{state['budget']}`", ""]
@@ -76,6 +82,8 @@ def run_report(
     for name, step in state["steps"].items():
         out.append(f"| {name} | {step['status']} | {step['seconds']:.0f} | {step['attempts']} | {step['message']} |")
     out += ["", f"Machines so far: {state['machines']}.", ""]
+    if cuts:
+        out += ["## What this budget changes from the paper", "", *[f"- {c}" for c in cuts], ""]
     if speed_path is not None and speed_path.exists():
         out += ["## Speed", "", *speed_lines(json.loads(speed_path.read_text()), pretrain_epochs), ""]
     diagnosis = Path(work) / "diagnose" / "report.md"

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gcl_monai.benchmark.gpu_run import steps
-from gcl_monai.benchmark.presets import preset_cuts
 from gcl_monai.benchmark.gpu_run.budget import BUDGETS, get_budget
 from gcl_monai.benchmark.gpu_run.pack import ARCHIVE, collect, pack, unpack
 from gcl_monai.benchmark.gpu_run.state import RunState, worker_running
 from gcl_monai.benchmark.gpu_run.summary import run_report
+from gcl_monai.benchmark.presets import preset_cuts
 
 __all__ = ["DEFAULT_WAIT", "main_gpu_run", "parser"]
 
@@ -141,12 +141,11 @@ def main_gpu_run(argv: Sequence[str]) -> int:
     report = run_report(args.work, speed, folder, budget.pretrain.get("epochs"), preset_cuts(budget.preset()))
     manifest = pack(args.work, args.out, report, [speed] if speed.exists() else [])
     current = state.read()
-    print("\n".join(
-        [f"gpu-run ({args.budget}): " + ", ".join(f"{n} {s['status']}" for n, s in current["steps"].items())]
-        + ([f"STOPPED: {current['stopped']}"] if current["stopped"] else [])
-        + [f"returned to {args.out}: {len(manifest['parts'])} archive parts; left behind: "
-           f"{', '.join(manifest['left_behind']) or 'nothing'}"]
-    ))
+    print(f"gpu-run ({args.budget}): " + ", ".join(f"{n} {s['status']}" for n, s in current["steps"].items()))
+    if current["stopped"]:
+        print(f"STOPPED: {current['stopped']}")
+    left = ", ".join(manifest["left_behind"]) or "nothing"
+    print(f"returned to {args.out}: {len(manifest['parts'])} archive parts; left behind: {left}")
     if running:
         print("The run goes on: run the same command again to wait for it and collect.")
         return 2

@@ -191,8 +191,7 @@ def unpack(returned: Path, work: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         joined = Path(tmp) / ARCHIVE
         with open(joined, "wb") as sink:
-            for part in parts:
-                sink.write(part.read_bytes())
+            sink.writelines(part.read_bytes() for part in parts)
         with tarfile.open(joined, "r:gz") as tar:
             tar.extractall(work, filter="data")
     for half in work.rglob(f"*{BF16_SUFFIX}"):

@@ -115,7 +115,7 @@ def _run_logged(argv: list[str], log: Path, cwd: Path | None) -> int:
     with open(log, "a") as handle:
         handle.write(f"$ {' '.join(argv)}\n")
         handle.flush()
-        return subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, cwd=cwd).returncode
+        return subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, cwd=cwd, check=False).returncode
 
 
 def speed_file(work: Path, budget: GpuRunBudget) -> Path:

@@ -118,6 +118,8 @@ def test_pack_leaves_behind_what_the_terms_have_no_room_for(tmp_path):
     experiment = tmp_path / "work" / "results" / "x_acdc"
     (experiment / "finetune" / "gcl_L1_d0_s0" / "eval").mkdir(parents=True)  # a cell that loaded an earlier encoder
     (experiment / "finetune" / "gcl_L1_d0_s0" / "eval" / "dice.json").write_text("{}")
+    for other in ("gcl_L1_d0_s0_p1", "gcl_frozen_L1_d0_s0"):  # another pre-training seed's, another method's
+        write_status(experiment / "finetune" / other, {"status": "finished"})
     # room for the small files and the 16 kB encoder, not also for the bfloat16 checkpoint (16 kB)
     terms = LendingTerms(max_files=8, max_file_bytes=10_000, max_total_bytes=(64 << 10) + 25_000)
     manifest = pack(tmp_path / "work", tmp_path / "out", "# report\n", terms=terms)
@@ -129,7 +131,8 @@ def test_pack_leaves_behind_what_the_terms_have_no_room_for(tmp_path):
     assert (fresh / "pretrain" / "simclr" / "encoder.pt").exists()
     # the pre-training without its checkpoint runs again from scratch, and its method's cells with the new encoder
     assert sorted(p.name for p in (fresh / "pretrain").iterdir()) == ["simclr"]
-    assert sorted(p.name for p in (fresh / "finetune").iterdir()) == ["random_L1_d0_s0"]
+    assert sorted(p.name for p in (fresh / "finetune").iterdir()) == [
+        "gcl_L1_d0_s0_p1", "gcl_frozen_L1_d0_s0", "random_L1_d0_s0"]
     discarded = sorted(p.name for p in (fresh / "discarded").iterdir())
     assert discarded == ["finetune_gcl_L1_d0_s0", "finetune_random_L2_d0_s0", "pretrain_gcl"]
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -218,14 +219,27 @@ def _discard(folder: Path) -> None:
     shutil.move(str(folder), target)
 
 
+#: a pre-training's folder, ``<method>`` or ``<method>_p<pre-training seed>``, and a fine-tuning cell's,
+#: ``<method>_L<L>_d<draw>_s<seed>`` with ``_p<pre-training seed>`` for a seed above 0
+_PRETRAIN_NAME = re.compile(r"^(?P<method>.+?)(?:_p(?P<seed>\d+))?$")
+_CELL_NAME = re.compile(r"^(?P<method>.+)_L(?:all|\d+)_d\d+_s\d+(?:_p(?P<seed>\d+))?$")
+
+
 def _discard_pretraining(folder: Path) -> None:
     """
     A pre-training whose weights stayed on the last machine runs again from scratch here: its folder (status,
-    TensorBoard scalars) and the fine-tuning cells of its method (``finetune/<method>_L*``, which loaded the encoder
-    that stayed behind) are moved to ``discarded/``, so that no row of the comparison mixes two encoders.
+    TensorBoard scalars) and the fine-tuning cells of its method and pre-training seed (which loaded the encoder that
+    stayed behind; gpu-run's methods fine-tune their own pre-training) are moved to ``discarded/``, so that no row
+    of the comparison mixes two encoders.
     """
-    experiment, method = folder.parents[1], folder.name
-    moved = [folder, *sorted((experiment / "finetune").glob(f"{method}_L*"))]
+    experiment = folder.parents[1]
+    pretraining = _PRETRAIN_NAME.match(folder.name)
+    owner = (pretraining["method"], int(pretraining["seed"] or 0))
+    cells = [
+        cell for cell in sorted((experiment / "finetune").glob("*_L*"))
+        if (match := _CELL_NAME.match(cell.name)) and (match["method"], int(match["seed"] or 0)) == owner
+    ]
+    moved = [folder, *cells]
     for path in moved:
         _discard(path)
     logger.warning("The weights of %s stayed on the last machine: it pre-trains again; moved to %s: %s.", folder,

@@ -288,3 +288,20 @@ def test_split_files_follow_the_data_to_another_machine(tmp_path):
     path.write_text(json.dumps(split))
     with pytest.raises(FileNotFoundError, match="p1_gt.nii.gz is not in this machine's data"):
         relocate_splits(tmp_path / "work", str(old), str(new))
+
+
+def test_repack_leaves_behind_the_weights_a_carry_has_no_room_for(tmp_path):
+    from gcl_monai.benchmark.gpu_run.pack import repack
+
+    _work_with_pretrainings(tmp_path / "work")
+    pack(tmp_path / "work", tmp_path / "out", "# report\n")
+    manifest = repack(tmp_path / "out", tmp_path / "carry", max_bytes=70 << 10)  # the small files only
+    assert sorted(manifest["left_behind"]) == ["results/x_acdc/pretrain/gcl/checkpoint_epoch=3.pt.bf16",
+                                               "results/x_acdc/pretrain/simclr/encoder.pt"]
+    assert (tmp_path / "carry" / "report.md").read_text() == "# report\n"
+    unpack(tmp_path / "carry", tmp_path / "fresh")
+    fresh = tmp_path / "fresh" / "results" / "x_acdc"
+    assert not (fresh / "pretrain").exists() or not any((fresh / "pretrain").iterdir())  # both pre-train again
+    assert sorted(p.name for p in (fresh / "discarded").iterdir()) == [
+        "finetune_random_L2_d0_s0", "pretrain_gcl", "pretrain_simclr"]
+    assert sorted(p.name for p in (fresh / "finetune").iterdir()) == ["random_L1_d0_s0"]

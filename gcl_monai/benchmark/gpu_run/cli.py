@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -21,9 +22,10 @@ from pathlib import Path
 
 from gcl_monai.benchmark.gpu_run import steps
 from gcl_monai.benchmark.gpu_run.budget import BUDGETS, get_budget
-from gcl_monai.benchmark.gpu_run.pack import ARCHIVE, collect, pack, unpack
+from gcl_monai.benchmark.gpu_run.pack import ARCHIVE, collect, pack, repack, unpack
 from gcl_monai.benchmark.gpu_run.state import RunState, worker_running
 from gcl_monai.benchmark.gpu_run.summary import run_report
+from gcl_monai.benchmark.gpu_run.terms import MIB, TERMS, travel_bytes
 from gcl_monai.benchmark.presets import preset_cuts
 
 __all__ = ["DEFAULT_WAIT", "main_gpu_run", "parser"]
@@ -65,11 +67,40 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
         "an experiment (results.csv, table.md, report.md, the speed JSON, the diagnosis; no weights)",
     )
     p.add_argument(
+        "--make-carry", type=Path, default=None, metavar="RETURNED",
+        help="do not run: pack what a call brought back (RETURNED) again into --out, within the "
+        "room that the checkout and .offline/ leave under the 64 MiB that travel; weights that do not fit are left "
+        "behind and run again on the fresh machine",
+    )
+    p.add_argument(
         "--rehearse", action="store_true",
         help="rehearse the whole runbook on this CPU at tiny sizes: separate commands, a machine given back mid-run "
         "and a fresh one resuming from what came back, every returned folder checked against the terms",
     )
     return p
+
+
+#: what the carry leaves free of the working tree's limit, for files that change before the call
+_CARRY_MARGIN = 1 * MIB
+
+
+def carry_room() -> int:
+    """
+    Bytes left for a carried folder under the working tree's limit, beside this checkout's tracked and not ignored
+    files and its ``.offline/`` payload (less a margin of :py:data:`_CARRY_MARGIN`).
+
+    Raises:
+        SystemExit: outside a git checkout, or when nothing is left.
+    """
+    root = steps.checkout_root()
+    if root is None or not (root / ".git").exists():
+        raise SystemExit("--make-carry needs the git checkout that travels (its size decides the room).")
+    offline = root / ".offline"
+    used = travel_bytes(root)["total"] + (travel_bytes(root, [".offline"])[".offline"] if offline.exists() else 0)
+    room = TERMS.tree_bytes - used - _CARRY_MARGIN
+    if room <= 0:
+        raise SystemExit(f"the checkout and .offline/ take {used / MIB:.1f} MiB: no room to carry anything.")
+    return room
 
 
 def _prepare(args: argparse.Namespace, state: RunState) -> None:
@@ -118,6 +149,21 @@ def main_gpu_run(argv: Sequence[str]) -> int:
     if args.collect is not None:
         for path in collect(args.collect, args.out):
             print(path)
+        return 0
+    if args.make_carry is not None:
+        if args.make_carry.resolve() == args.out.resolve():
+            raise SystemExit("--make-carry and --out name the same folder: pack into another one.")
+        if args.out.exists():  # an earlier carry in the checkout would count against its own room
+            shutil.rmtree(args.out)
+        room = carry_room()
+        manifest = repack(args.make_carry, args.out, room)
+        size = sum(p.stat().st_size for p in args.out.iterdir())
+        left = ", ".join(manifest["left_behind"]) or "nothing"
+        print(f"{args.out}: {size / MIB:.2f} MiB of {room / MIB:.2f} MiB; left behind (run again there): {left}")
+        if size > room:
+            print("The results and logs alone are over the room: carry less of .offline/ (e.g. no wheels the "
+                  "machine has) or drop the carry.")
+            return 1
         return 0
     if args.rehearse:
         from gcl_monai.benchmark.gpu_run.rehearse import rehearse

@@ -20,6 +20,7 @@ The output folder gets at most ``max_files`` files, none in a sub-folder:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -38,7 +39,7 @@ from gcl_monai.benchmark.gpu_run.state import LOCK_FILE, STATE_FILE
 from gcl_monai.benchmark.gpu_run.terms import TERMS, LendingTerms
 from gcl_monai.handlers import latest_checkpoint
 
-__all__ = ["ARCHIVE", "BF16_SUFFIX", "COLLECTED", "REPORT", "collect", "pack", "unpack"]
+__all__ = ["ARCHIVE", "BF16_SUFFIX", "COLLECTED", "REPORT", "collect", "pack", "repack", "unpack"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
@@ -274,3 +275,23 @@ def collect(returned: Path, into: Path) -> list[Path]:
                 shutil.copyfile(source, target)
                 written.append(target)
     return written
+
+
+def repack(returned: Path, out: Path, max_bytes: int) -> dict:
+    """
+    What a ``gpu-run`` call brought back, packed again into at most ``max_bytes`` (the room the working tree leaves
+    for carrying it to a fresh machine): the weights that do not fit are left behind, so that the fresh machine runs
+    those pre-trainings, and their methods' cells, again (:py:func:`unpack`).
+
+    Returns:
+        the manifest of the new pack (``left_behind`` names what did not fit).
+    """
+    returned, out = Path(returned), Path(out)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "work"
+        unpack(returned, work)
+        report = (returned / REPORT).read_text() if (returned / REPORT).exists() else ""
+        if out.exists():
+            shutil.rmtree(out)
+        return pack(work, out, report, sorted(returned.glob("speed_*.json")),
+                    terms=dataclasses.replace(TERMS, max_total_bytes=max_bytes))

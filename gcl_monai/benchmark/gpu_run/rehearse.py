@@ -6,8 +6,9 @@ machine's disk) and what came back:
 1. on machine A, a first command starts the run and returns at once;
 2. once a fine-tuning cell is finished, a second command on A collects what is done;
 3. machine A is given back: its worker is killed in the middle of the run and its work folder deleted;
-4. what the second command brought back is carried to machine B (a new, empty work folder) and a third command
-   resumes from it and waits for the end.
+4. what the second command brought back is packed again to be carried (``--make-carry``, within the room the
+   checkout and ``.offline/`` leave) to machine B (a new, empty work folder), where a third command resumes from it
+   and waits for the end.
 
 Every output folder is checked against the lending terms, and the carry against the working tree's limit; the end
 checks that the run finished on two machines, every cell has its result, and no fine-tuning cell finished on A was
@@ -120,7 +121,12 @@ def rehearse(out: Path, data_root: str | None = None) -> int:
         _give_back(machine_a)
 
     carry = run.out / "carry"
-    shutil.copytree(returned, carry)
+    argv = [sys.executable, "-m", "gcl_monai.benchmark", "gpu-run", "--make-carry", str(returned), "--out", str(carry)]
+    with open(run.out / "make-carry.log", "w") as log:
+        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, cwd=steps.checkout_root(),
+                              check=False).returncode
+    run.lines.append(f"| `{' '.join(argv[1:])}` | here | {code} | |")
+    run.check("what came back is packed again to be carried", code == 0, f"exit code {code}")
     packed = json.loads((carry / STATE_FILE).read_text())["returned"]["packed"]
     # the cells whose results came back (a cell finished on A after command-2 packed is lost with the machine)
     done_on_a = {Path(p).parent.parent.name for p in packed if p.endswith("/eval/dice.json")}

@@ -205,14 +205,16 @@ def unpack(returned: Path, work: Path) -> dict:
     returned_state = json.loads((returned / STATE_FILE).read_text()) if (returned / STATE_FILE).exists() else {}
     for path in returned_state.get("returned", {}).get("left_behind", []):
         _discard_pretraining(work / Path(path).parent)
-    for status in sorted(work.glob(f"results/*/finetune/*/{STATUS_FILE}")):
-        if read_status(status.parent).get("status") != "finished":
-            _discard(status.parent)
+    for cell in sorted(p for p in work.glob("results/*/finetune/*") if p.is_dir()):
+        if read_status(cell).get("status") != "finished":  # its model, or its partial run's, stayed behind
+            _discard(cell)
     return json.loads((work / STATE_FILE).read_text())
 
 
 def _discard(folder: Path) -> None:
     """Moves a cell's or pre-training's folder to ``<experiment>/discarded/`` (kept to read, never run on)."""
+    if not folder.exists():  # set aside already, when the carry was made
+        return
     experiment = folder.parents[1]
     target = experiment / "discarded" / f"{folder.parent.name}_{folder.name}"
     shutil.rmtree(target, ignore_errors=True)
@@ -280,18 +282,30 @@ def collect(returned: Path, into: Path) -> list[Path]:
 def repack(returned: Path, out: Path, max_bytes: int) -> dict:
     """
     What a ``gpu-run`` call brought back, packed again into at most ``max_bytes`` (the room the working tree leaves
-    for carrying it to a fresh machine): the weights that do not fit are left behind, so that the fresh machine runs
-    those pre-trainings, and their methods' cells, again (:py:func:`unpack`).
+    for carrying it to a fresh machine): the weights that do not fit are left behind, and with them their
+    pre-trainings' folders (TensorBoard scalars) and their methods' cells, which the fresh machine runs again
+    (:py:func:`unpack`); what the fresh machine would set aside (``discarded/``) is not carried.
 
     Returns:
         the manifest of the new pack (``left_behind`` names what did not fit).
     """
     returned, out = Path(returned), Path(out)
+    terms = dataclasses.replace(TERMS, max_total_bytes=max_bytes)
+    report = (returned / REPORT).read_text() if (returned / REPORT).exists() else ""
+    speed = sorted(returned.glob("speed_*.json"))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"
         unpack(returned, work)
-        report = (returned / REPORT).read_text() if (returned / REPORT).exists() else ""
+        left_behind = pack(work, Path(tmp) / "trial", report, speed, terms=terms)["left_behind"]
+        # what the fresh machine would set aside travels not at all: the pre-trainings left behind, their cells
+        for path in left_behind:
+            _discard_pretraining(work / Path(path).parent)
+        for folder in work.glob("results/*/discarded"):
+            shutil.rmtree(folder)
         if out.exists():
             shutil.rmtree(out)
-        return pack(work, out, report, sorted(returned.glob("speed_*.json")),
-                    terms=dataclasses.replace(TERMS, max_total_bytes=max_bytes))
+        manifest = pack(work, out, report, speed, terms=terms)
+    manifest["left_behind"] = sorted(set(manifest["left_behind"]) | set(left_behind))
+    state = json.loads((out / STATE_FILE).read_text())
+    (out / STATE_FILE).write_text(json.dumps({**state, "returned": manifest}, indent=1))
+    return manifest

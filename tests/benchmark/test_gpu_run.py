@@ -306,3 +306,19 @@ def test_repack_leaves_behind_the_weights_a_carry_has_no_room_for(tmp_path):
     fresh = tmp_path / "fresh" / "results" / "x_acdc"
     assert not (fresh / "pretrain").exists()  # both pre-train again
     assert sorted(p.name for p in (fresh / "finetune").iterdir()) == ["random_L1_d0_s0"]
+
+
+def test_make_carry_replaces_only_an_earlier_carry(tmp_path, capsys):
+    from gcl_monai.benchmark.gpu_run.cli import main_gpu_run
+
+    _work_with_pretrainings(tmp_path / "work")
+    pack(tmp_path / "work", tmp_path / "out", "# report\n")
+    carry = tmp_path / "carry"
+    assert main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(carry)]) == 0
+    assert "left behind (run again there): nothing" in capsys.readouterr().out  # tiny weights fit
+    assert main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(carry)]) == 0  # replaced
+    assert returned_violations(carry) == []
+    (carry / "notes.md").write_text("mine")
+    with pytest.raises(SystemExit, match=r"holds other files than a carry \(notes.md\)"):
+        main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(carry)])
+    assert (carry / "notes.md").exists()

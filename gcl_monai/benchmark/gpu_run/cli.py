@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from gcl_monai.benchmark.gpu_run import steps
 from gcl_monai.benchmark.gpu_run.budget import BUDGETS, get_budget
-from gcl_monai.benchmark.gpu_run.pack import ARCHIVE, collect, pack, repack, unpack
+from gcl_monai.benchmark.gpu_run.pack import ARCHIVE, REPORT, collect, pack, repack, unpack
 from gcl_monai.benchmark.gpu_run.state import RunState, worker_running
 from gcl_monai.benchmark.gpu_run.summary import run_report
 from gcl_monai.benchmark.gpu_run.terms import MIB, TERMS, travel_bytes
@@ -80,6 +81,8 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
     return p
 
 
+#: the names of the files a call brings back (an earlier carry, replaced by ``--make-carry``)
+_RETURNED_NAME = re.compile(rf"^(gpu_run\.json|{REPORT}|speed_\w+\.json|{ARCHIVE}\.\d+)$")
 #: what the carry leaves free of the working tree's limit, for files that change before the call
 _CARRY_MARGIN = 1 * MIB
 
@@ -154,6 +157,9 @@ def main_gpu_run(argv: Sequence[str]) -> int:
         if args.make_carry.resolve() == args.out.resolve():
             raise SystemExit("--make-carry and --out name the same folder: pack into another one.")
         if args.out.exists():  # an earlier carry in the checkout would count against its own room
+            foreign = [p.name for p in args.out.iterdir() if not _RETURNED_NAME.match(p.name)]
+            if foreign:
+                raise SystemExit(f"--out {args.out} holds other files than a carry ({', '.join(foreign)}): not replaced.")
             shutil.rmtree(args.out)
         room = carry_room()
         manifest = repack(args.make_carry, args.out, room)

@@ -20,8 +20,8 @@ Speed benchmark of GCL pre-training and of the bundles' data and fine-tuning pat
    ``torch.utils.flop_counter.FlopCounterMode``) and the share of them in GradFilter's selection: a time share that
    a faster implementation of the same products cannot go below while the selection runs at the arithmetic rate
    of the rest of the iteration.
-6. The demo bundle's fine-tuning iteration (``train.json``: data loading, ``SupervisedTrainer`` and its
-   handlers) against a bare forward/backward/Adam step of the same network on a fixed batch.
+6. The demo bundle's fine-tuning iteration (``train.json`` at ``--features``: data loading, ``SupervisedTrainer``
+   and its handlers) against a bare forward/backward/Adam step of the same network on a fixed batch.
 
 Peak memory: CUDA ``max_memory_allocated``; CPU: peak RSS of a separate process per variant.
 
@@ -373,6 +373,7 @@ def finetune_iteration(args, device: str) -> dict:
             num_patients=4, num_pretrain=1, num_val=1, num_test=1, epochs=args.finetune_rounds,
             val_interval=args.finetune_rounds + 1, iterations_per_epoch=per_epoch,
             image_size=[args.image_size] * 2, batch_size=args.finetune_batch_size, ckpt_dir=str(Path(tmp) / "models"),
+            features=list(args.features),  # the pre-training variants' width (the paper's on a GPU run)
         )
         wf.initialize()
         trainer = wf.parser.get_parsed_content("train#trainer")

@@ -7,6 +7,7 @@ Command line of the benchmark harness::
     python -m gcl_monai.benchmark report --name cpu-mini_acdc
     python -m gcl_monai.benchmark compare --names cpu-semi_acdc cpu-semi-w10_acdc --baseline random
     python -m gcl_monai.benchmark protocol --name cpu-protocol_acdc
+    python -m gcl_monai.benchmark gpu-run --out "$OUT"          # on a lent GPU machine (docs/gpu_run.md)
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def run_parser() -> argparse.ArgumentParser:
         description="Run the paper's protocol through the bundles: pre-train each method, fine-tune with L labelled "
         "patients over paired draws, test Dice; write results.csv, table.md and plots under RESULTS_DIR/NAME. "
         f"Other commands: '{PROG} tsne --help', '{PROG} report --help', '{PROG} compare --help', "
-        f"'{PROG} protocol --help'.",
+        f"'{PROG} protocol --help', '{PROG} gpu-run --help'.",
     )
     parser.add_argument("--preset", default="cpu-mini", choices=list(PRESETS), help="protocol (default cpu-mini)")
     parser.add_argument("--data", required=True, choices=list(DATASETS), help="dataset of fine-tuning and test")
@@ -317,12 +318,24 @@ def main_protocol(argv: Sequence[str]) -> int:
     return 0
 
 
+def main_gpu_run(argv: Sequence[str]) -> int:
+    from gcl_monai.benchmark.gpu_run.cli import main_gpu_run as run
+
+    return run(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s - %(name)s - %(levelname)s - %(message)s", stream=sys.stdout
     )
-    commands = {"tsne": main_tsne, "report": main_report, "compare": main_compare, "protocol": main_protocol}
+    commands = {
+        "tsne": main_tsne,
+        "report": main_report,
+        "compare": main_compare,
+        "protocol": main_protocol,
+        "gpu-run": main_gpu_run,
+    }
     if argv and argv[0] in commands:
         return commands[argv[0]](argv[1:])
     return main_run(argv)

@@ -1,0 +1,108 @@
+"""
+The terms on which a GPU machine is lent (issue 33), and checks of what travels to it and what comes back.
+
+- at most :py:attr:`LendingTerms.tree_bytes` of working tree travel with each command (tracked files, untracked files
+  that git does not ignore, and the carried paths);
+- at most :py:attr:`LendingTerms.max_files` files come back from the output folder, none over
+  :py:attr:`LendingTerms.max_file_bytes`, together at most :py:attr:`LendingTerms.max_total_bytes`, none deeper than
+  :py:attr:`LendingTerms.max_depth` folders, each named in letters, digits, ``.``, ``_`` and ``-``;
+- one command at a time, at most :py:attr:`LendingTerms.command_seconds`; :py:attr:`LendingTerms.device_seconds` of
+  device time in all, the machine's start included.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["MIB", "TERMS", "LendingTerms", "returned_violations", "travel_bytes"]
+
+MIB = 1 << 20
+_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+@dataclass(frozen=True)
+class LendingTerms:
+    """The limits of one lease of a GPU machine (numbers of /work/.library/device/README.md, "Limits")."""
+
+    max_files: int = 8
+    max_file_bytes: int = 16 * MIB
+    max_total_bytes: int = 64 * MIB
+    max_depth: int = 2
+    tree_bytes: int = 64 * MIB
+    command_seconds: int = 600
+    device_seconds: int = 1800
+
+
+TERMS = LendingTerms()
+
+
+def returned_violations(out_dir: Path, terms: LendingTerms = TERMS) -> list[str]:
+    """
+    What in ``out_dir`` would not come back from the machine under ``terms`` (empty: everything comes back).
+
+    Args:
+        out_dir: the output folder (``$OUT``).
+        terms: the limits.
+    """
+    out_dir = Path(out_dir)
+    files = sorted(p for p in out_dir.rglob("*") if not p.is_dir())
+    problems = []
+    if len(files) > terms.max_files:
+        problems.append(f"{len(files)} files in {out_dir}, at most {terms.max_files} come back")
+    total = 0
+    for path in files:
+        relative = path.relative_to(out_dir)
+        if path.is_symlink() or not path.is_file():
+            problems.append(f"{relative}: not a plain file")
+            continue
+        size = path.stat().st_size
+        total += size
+        if size > terms.max_file_bytes:
+            problems.append(f"{relative}: {size / MIB:.1f} MiB, over {terms.max_file_bytes / MIB:.0f} MiB")
+        if len(relative.parts) - 1 > terms.max_depth:
+            problems.append(f"{relative}: {len(relative.parts) - 1} folders deep, at most {terms.max_depth}")
+        bad = [part for part in relative.parts if not _NAME.match(part)]
+        if bad:
+            problems.append(f"{relative}: names other than letters, digits, '.', '_' and '-': {bad}")
+    if total > terms.max_total_bytes:
+        problems.append(f"{total / MIB:.1f} MiB in all, at most {terms.max_total_bytes / MIB:.0f} MiB come back")
+    return problems
+
+
+def _size(path: Path) -> int:
+    if path.is_symlink() or path.is_file():
+        return path.lstat().st_size
+    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_symlink() or p.is_file())
+
+
+def travel_bytes(repo: Path, carry: Sequence[str] = ()) -> dict[str, int]:
+    """
+    Bytes of working tree that travel with each command from the checkout ``repo``: the files git tracks or does not
+    ignore, and each carried path (ignored paths named in the call's ``carry``).
+
+    Args:
+        repo: the checkout's root.
+        carry: carried paths, relative to ``repo``.
+
+    Returns:
+        ``{"tree": bytes, <carried path>: bytes, ..., "total": bytes}``.
+
+    Raises:
+        FileNotFoundError: naming a carried path that does not exist.
+    """
+    repo = Path(repo)
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True, capture_output=True,
+    ).stdout.decode().split("\0")
+    sizes = {"tree": sum(_size(repo / name) for name in listed if name and (repo / name).exists())}
+    for path in carry:
+        if not (repo / path).exists():
+            raise FileNotFoundError(f"carried path {repo / path} does not exist.")
+        sizes[path] = _size(repo / path)
+    sizes["total"] = sum(sizes.values())
+    return sizes

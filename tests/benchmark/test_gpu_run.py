@@ -1,0 +1,324 @@
+"""gpu-run: the lending terms' checks, packing and resuming, the state, the stop on a verdict, and the rehearsal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gcl_monai.benchmark.cells import write_status
+from gcl_monai.benchmark.experiment import Experiment
+from gcl_monai.benchmark.gpu_run import BUDGETS, LendingTerms, get_budget, pack, returned_violations, unpack
+from gcl_monai.benchmark.gpu_run.pack import ARCHIVE
+from gcl_monai.benchmark.gpu_run.state import RunState
+from gcl_monai.benchmark.gpu_run.steps import verdict_stops
+from gcl_monai.benchmark.gpu_run.terms import travel_bytes
+from gcl_monai.benchmark.plan import plan_cells
+
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
+
+
+def test_returned_violations_name_each_broken_term(tmp_path):
+    terms = LendingTerms(max_files=3, max_file_bytes=100, max_total_bytes=250, max_depth=1)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "b").mkdir()
+    (tmp_path / "ok.txt").write_bytes(b"x" * 100)
+    assert returned_violations(tmp_path, terms) == []
+    (tmp_path / "big.bin").write_bytes(b"x" * 101)
+    (tmp_path / "a" / "b" / "deep.txt").write_bytes(b"x")
+    (tmp_path / "a" / "bad name").write_bytes(b"x" * 60)
+    problems = returned_violations(tmp_path, terms)
+    assert "4 files in" in problems[0] and "at most 3" in problems[0]
+    assert any(p.startswith("big.bin: ") and "over" in p for p in problems)
+    assert any(p.startswith("a/b/deep.txt: 2 folders deep") for p in problems)
+    assert any("bad name" in p and "names other than" in p for p in problems)
+    assert "in all, at most 0 MiB come back" in problems[-1]  # 262 bytes over 250
+
+
+def test_travel_bytes_counts_the_tree_and_each_carried_path(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("carried/\n")
+    (tmp_path / "tracked.txt").write_bytes(b"x" * 1000)
+    (tmp_path / "carried").mkdir()
+    (tmp_path / "carried" / "w.bin").write_bytes(b"x" * 5000)
+    sizes = travel_bytes(tmp_path, ["carried"])
+    assert sizes == {"tree": 1000 + len("carried/\n"), "carried": 5000, "total": 1000 + 9 + 5000}
+    with pytest.raises(FileNotFoundError, match="missing"):
+        travel_bytes(tmp_path, ["missing"])
+
+
+def _work_with_pretrainings(work: Path) -> dict[str, torch.Tensor]:
+    """A work folder with a finished pre-training (encoder) and an interrupted one (its checkpoint)."""
+    RunState(work).create("rehearse", None)
+    finished = work / "results" / "x_acdc" / "pretrain" / "simclr"
+    write_status(finished, {"status": "finished"})
+    encoder = {"conv_0.weight": torch.randn(64, 64)}
+    torch.save(encoder, finished / "encoder.pt")
+    (finished / "tensorboard").mkdir()
+    (finished / "tensorboard" / "events.out").write_bytes(b"events")
+    interrupted = work / "results" / "x_acdc" / "pretrain" / "gcl"
+    write_status(interrupted, {"status": "interrupted"})
+    checkpoint = {"model": {"w": torch.randn(128, 64)}, "optimizer": {"state": {0: {"momentum_buffer": torch.randn(3)}},
+                  "param_groups": [{"lr": 0.1}]}, "trainer": {"epoch": 3, "iteration": 12}}
+    torch.save({"model": {"w": torch.zeros(1)}}, interrupted / "checkpoint_epoch=2.pt")
+    torch.save(checkpoint, interrupted / "checkpoint_epoch=3.pt")
+    model = work / "results" / "x_acdc" / "finetune" / "random_L1_d0_s0"
+    write_status(model, {"status": "finished", "trained": True})
+    torch.save({"w": torch.randn(10)}, model / "model.pt")
+    (model / "eval").mkdir()
+    (model / "eval" / "dice.json").write_text("{}")
+    # trained, not evaluated yet: its model does not travel, so a fresh machine trains it again
+    write_status(work / "results" / "x_acdc" / "finetune" / "random_L2_d0_s0", {"status": "interrupted", "trained": True})
+    (work / "data").mkdir()
+    (work / "data" / "volume.nii.gz").write_bytes(b"data")
+    return {"encoder": encoder["conv_0.weight"], "model": checkpoint["model"]["w"],
+            "momentum": checkpoint["optimizer"]["state"][0]["momentum_buffer"]}
+
+
+def test_pack_and_unpack_resume_a_run(tmp_path):
+    tensors = _work_with_pretrainings(tmp_path / "work")
+    out = tmp_path / "out"
+    manifest = pack(tmp_path / "work", out, "# report\n")
+    assert returned_violations(out) == []
+    assert sorted(p.name for p in out.iterdir()) == ["gpu_run.json", "report.md", f"{ARCHIVE}.00"]
+    assert manifest["left_behind"] == []
+    packed = manifest["packed"]
+    assert "results/x_acdc/pretrain/simclr/encoder.pt" in packed
+    assert "results/x_acdc/pretrain/gcl/checkpoint_epoch=3.pt.bf16" in packed  # only the last checkpoint
+    assert not any("checkpoint_epoch=2" in p or "model.pt" in p or p.startswith("data/") for p in packed)
+    assert "results/x_acdc/finetune/random_L1_d0_s0/eval/dice.json" in packed
+    assert json.loads((out / "gpu_run.json").read_text())["returned"] == manifest
+
+    state = unpack(out, tmp_path / "fresh")
+    assert state["budget"] == "rehearse"
+    fresh = tmp_path / "fresh" / "results" / "x_acdc" / "pretrain"
+    assert torch.equal(torch.load(fresh / "simclr" / "encoder.pt")["conv_0.weight"], tensors["encoder"])  # exact
+    checkpoint = torch.load(fresh / "gcl" / "checkpoint_epoch=3.pt")
+    assert not list(fresh.glob("gcl/*.bf16"))
+    assert checkpoint["model"]["w"].dtype == torch.float32 and checkpoint["trainer"] == {"epoch": 3, "iteration": 12}
+    assert torch.equal(checkpoint["model"]["w"], tensors["model"].to(torch.bfloat16).float())
+    momentum = checkpoint["optimizer"]["state"][0]["momentum_buffer"]
+    assert torch.allclose(momentum, tensors["momentum"], rtol=2**-8, atol=0)
+    cells = tmp_path / "fresh" / "results" / "x_acdc"
+    assert [p.name for p in (cells / "finetune").iterdir()] == ["random_L1_d0_s0"]
+    assert [p.name for p in (cells / "discarded").iterdir()] == ["finetune_random_L2_d0_s0"]
+    with pytest.raises(ValueError, match="already holds a run"):
+        unpack(out, tmp_path / "fresh")
+    with pytest.raises(FileNotFoundError, match="no run.tgz"):
+        unpack(tmp_path / "work", tmp_path / "other")
+
+
+def test_pack_leaves_behind_what_the_terms_have_no_room_for(tmp_path):
+    _work_with_pretrainings(tmp_path / "work")
+    experiment = tmp_path / "work" / "results" / "x_acdc"
+    (experiment / "finetune" / "gcl_L1_d0_s0" / "eval").mkdir(parents=True)  # a cell that loaded an earlier encoder
+    (experiment / "finetune" / "gcl_L1_d0_s0" / "eval" / "dice.json").write_text("{}")
+    for other in ("gcl_L1_d0_s0_p1", "gcl_frozen_L1_d0_s0"):  # another pre-training seed's, another method's
+        write_status(experiment / "finetune" / other, {"status": "finished"})
+    # room for the small files and the 16 kB encoder, not also for the bfloat16 checkpoint (16 kB)
+    terms = LendingTerms(max_files=8, max_file_bytes=10_000, max_total_bytes=(64 << 10) + 25_000)
+    manifest = pack(tmp_path / "work", tmp_path / "out", "# report\n", terms=terms)
+    assert manifest["left_behind"] == ["results/x_acdc/pretrain/gcl/checkpoint_epoch=3.pt.bf16"]
+    assert len(manifest["parts"]) >= 2  # cut into parts of 10 000 bytes
+    assert returned_violations(tmp_path / "out", terms) == []
+    unpack(tmp_path / "out", tmp_path / "fresh")
+    fresh = tmp_path / "fresh" / "results" / "x_acdc"
+    assert (fresh / "pretrain" / "simclr" / "encoder.pt").exists()
+    # the pre-training without its checkpoint runs again from scratch, and its method's cells with the new encoder
+    assert sorted(p.name for p in (fresh / "pretrain").iterdir()) == ["simclr"]
+    assert sorted(p.name for p in (fresh / "finetune").iterdir()) == [
+        "gcl_L1_d0_s0_p1", "gcl_frozen_L1_d0_s0", "random_L1_d0_s0"]
+    discarded = sorted(p.name for p in (fresh / "discarded").iterdir())
+    assert discarded == ["finetune_gcl_L1_d0_s0", "finetune_random_L2_d0_s0", "pretrain_gcl"]
+
+
+def test_state_reruns_interrupted_steps_and_retries_a_failed_one_once(tmp_path):
+    state = RunState(tmp_path)
+    state.create("default", "/data")
+    assert state.steps_to_run() == ["speed", "diagnose", "compare"]
+    state.update_step("speed", status="done", attempts=1)
+    state.update_step("diagnose", status="running", attempts=1)  # the machine went back mid-step
+    state.update_step("compare", status="failed", attempts=1)
+    assert state.steps_to_run() == ["diagnose", "compare"]
+    state.update_step("compare", status="failed", attempts=2)
+    assert state.steps_to_run() == ["diagnose"]
+    state.update(stopped="collapsed")
+    assert state.steps_to_run() == [] and state.finished()
+
+
+def _summary(verdict, below):
+    return {"verdict": verdict, "labels": {name: {"below_chance": b} for name, b in below.items()}}
+
+
+def test_a_collapse_or_an_image_branch_at_chance_stops_the_run():
+    assert "collapsed" in verdict_stops(_summary("collapsed (stalled at chance: patient_id)", {"patient_id": False}))
+    stalled = _summary("stalled at chance: patient_id; above chance: organ_state",
+                       {"patient_id": False, "organ_state": False})
+    assert "no image-wise loss" in verdict_stops(stalled)
+    partly = _summary("above chance: organ_state", {"patient_id": True, "organ_state": False})
+    assert verdict_stops(partly) == ""
+    assert verdict_stops(_summary("training", {"patient_id": True})) == ""
+
+
+def test_budgets_plan_the_paper_comparison(tmp_path):
+    for name in ("paper", "default"):
+        budget = get_budget(name)
+        preset = budget.preset()
+        assert preset.methods == ("random", "simclr", "gcl") and preset.num_labeled == (1, 2)
+        assert preset.repeats >= 6 and budget.stop_on_verdict and budget.device == "cuda:0"
+        assert preset.pretrain["batch_size"] == 48 and preset.pretrain["lr"] == 0.1
+        assert preset.pretrain["optimizer_name"] == "sgd" and preset.common["features"] == [32, 64, 128, 256, 512, 32]
+        assert preset.finetune["batch_size"] == 5 and preset.finetune["lr"] == 1e-4
+        assert preset.finetune["labeled_pool"] == "train+pretrain"
+    assert get_budget("paper").preset().pretrain["epochs"] == 300
+    assert get_budget("paper").preset().finetune["epochs"] == 300
+    assert get_budget("default").preset().pretrain["epochs"] == 100  # the cut of docs/gpu_run.md
+    assert get_budget("default").preset().finetune["epochs"] == 300
+    experiment = Experiment("x", "acdc", get_budget("default").preset(), data_root=tmp_path, results_dir=tmp_path)
+    pretrain, finetune = plan_cells(experiment)
+    assert sorted(c.method for c in pretrain) == ["gcl", "simclr"]
+    assert len(finetune) == 3 * 2 * get_budget("default").repeats
+    assert set(BUDGETS) == {"default", "paper", "rehearse"}
+    with pytest.raises(ValueError, match="unknown budget"):
+        get_budget("fast")
+
+
+def test_a_gpu_budget_without_data_is_refused(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "GCL_DATA_ROOT"}
+    result = subprocess.run(
+        [sys.executable, "-m", "gcl_monai.benchmark", "gpu-run", "--out", str(tmp_path / "out"), "--work",
+         str(tmp_path / "work")], check=False, capture_output=True, text=True, cwd=ROOT, env=env,
+    )
+    assert result.returncode != 0 and "give --data-root or set $GCL_DATA_ROOT" in result.stderr
+    assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.slow
+def test_rehearsal_of_the_gpu_runbook(tmp_path):
+    """The whole runbook at tiny sizes: three commands, a machine given back mid-run, a fresh one resuming."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("GCL_DATA_ROOT", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "gcl_monai.benchmark", "gpu-run", "--rehearse", "--out", str(tmp_path / "r")],
+        check=False, capture_output=True, text=True, cwd=ROOT, env=env, timeout=1500,
+    )
+    report = (tmp_path / "r" / "rehearsal.md").read_text()
+    assert result.returncode == 0, report + result.stdout[-3000:] + result.stderr[-3000:]
+    assert "FAIL" not in report and "**Rehearsal passed.**" in report
+    final = tmp_path / "r" / "command-3"
+    assert {"gpu_run.json", "report.md", "speed_cpu.json"} <= {p.name for p in final.iterdir()}
+    text = (final / "report.md").read_text()
+    assert "| compare | done |" in text and "## Comparison" in text and "## Diagnosis of the default recipe" in text
+
+
+def test_a_checkpoint_replaced_while_packing_is_left_behind_not_fatal(tmp_path, monkeypatch):
+    _work_with_pretrainings(tmp_path / "work")
+
+    def replaced(*args, **kwargs):
+        raise FileNotFoundError("checkpoint_epoch=3.pt")
+
+    monkeypatch.setattr(torch, "load", replaced)  # the worker removed it after it was listed
+    manifest = pack(tmp_path / "work", tmp_path / "out", "# report\n")
+    assert manifest["left_behind"] == ["results/x_acdc/pretrain/gcl/checkpoint_epoch=3.pt.bf16"]
+    assert "results/x_acdc/pretrain/simclr/encoder.pt" in manifest["packed"]
+
+
+def test_a_worker_without_data_stops_the_run_with_the_reason(tmp_path):
+    from gcl_monai.benchmark.gpu_run.worker import run_worker
+
+    RunState(tmp_path).create("default", str(tmp_path / "nowhere"))
+    assert run_worker(tmp_path) == 1
+    state = RunState(tmp_path)
+    assert "holds no acdc/ folder" in state.read()["stopped"] and state.finished()
+    assert all(step["status"] == "pending" for step in state.read()["steps"].values())
+
+
+def test_collect_copies_the_results_without_weights(tmp_path):
+    from gcl_monai.benchmark.gpu_run.pack import collect
+
+    work = tmp_path / "work"
+    _work_with_pretrainings(work)
+    for name in ("plan.json", "results.csv", "table.md"):
+        (work / "results" / "x_acdc" / name).write_text(name)
+    (work / "diagnose").mkdir()
+    (work / "diagnose" / "report.md").write_text("# Diagnosis")
+    (work / "speed_cuda.json").write_text("{}")
+    pack(work, tmp_path / "out", "# report\n", extra=[work / "speed_cuda.json"])
+    written = collect(tmp_path / "out", tmp_path / "docs")
+    names = sorted(p.name for p in written)
+    assert names == ["diagnosis.md", "gpu_run.json", "plan.json", "report.md", "results.csv", "speed_cuda.json",
+                     "table.md"]
+    assert (tmp_path / "docs" / "table.md").read_text() == "table.md"
+    assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == names
+
+
+def test_speed_lines_give_the_pretraining_time_at_the_measured_speed():
+    from gcl_monai.benchmark.gpu_run.summary import speed_lines
+
+    variant = {"median_s": 0.1, "ratio_to_simclr": 5.0, "combine_share": 0.25, "grad_filter_share": 0.2}
+    speed = {"device": "H100", "variants": {"simclr": {**variant, "median_s": 0.02}, "gcl": variant,
+                                             "gcl_views_on_device": {**variant, "median_s": 0.13}},
+             "gcl_consumption_slices_per_s": 240.0, "pipeline_slices_per_s": {"bundle": 480.0}}
+    lines = speed_lines(speed, pretrain_epochs=100)
+    assert "full GCL 0.1000 s: 5.00x (target <= 2.5x)" in lines[1]
+    # 880 / 48 iterations per epoch x (0.13 + 0.02) s = 2.75 s; 100 epochs = 4.6 min
+    assert "100 epochs x 2.75 s = 4.6 min of GPU time" in lines[3]
+    assert lines[4] == "- data pipeline (bundle): 480 slices/s, 2.00x what full GCL consumes (target >= 1.5x)"
+
+
+def test_split_files_follow_the_data_to_another_machine(tmp_path):
+    from gcl_monai.benchmark.gpu_run.steps import relocate_splits
+
+    old, new = tmp_path / "a" / "acdc", tmp_path / "b" / "acdc"
+    (new / "training").mkdir(parents=True)
+    (new / "training" / "p1.nii.gz").write_bytes(b"x")
+    split = {"pretrain": [{"image": f"{old}/training/p1.nii.gz", "patient": "p1", "organ_state": 0}]}
+    path = tmp_path / "work" / "results" / "x_acdc" / "split.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(split))
+    assert relocate_splits(tmp_path / "work", str(old), str(new)) == [path]
+    moved = json.loads(path.read_text())["pretrain"][0]
+    assert moved == {"image": f"{new}/training/p1.nii.gz", "patient": "p1", "organ_state": 0}
+    split["pretrain"][0]["label"] = f"{old}/training/p1_gt.nii.gz"  # not on the new machine
+    path.write_text(json.dumps(split))
+    with pytest.raises(FileNotFoundError, match="p1_gt.nii.gz is not in this machine's data"):
+        relocate_splits(tmp_path / "work", str(old), str(new))
+
+
+def test_repack_leaves_behind_the_weights_a_carry_has_no_room_for(tmp_path):
+    from gcl_monai.benchmark.gpu_run.pack import repack
+
+    _work_with_pretrainings(tmp_path / "work")
+    pack(tmp_path / "work", tmp_path / "out", "# report\n")
+    manifest = repack(tmp_path / "out", tmp_path / "carry", max_bytes=70 << 10)  # the small files only
+    assert sorted(manifest["left_behind"]) == ["results/x_acdc/pretrain/gcl/checkpoint_epoch=3.pt.bf16",
+                                               "results/x_acdc/pretrain/simclr/encoder.pt"]
+    assert (tmp_path / "carry" / "report.md").read_text() == "# report\n"
+    carried = json.loads((tmp_path / "carry" / "gpu_run.json").read_text())["returned"]
+    assert not any("pretrain/" in p or "discarded" in p for p in carried["packed"])  # their scalars stay behind too
+    assert "results/x_acdc/finetune/random_L1_d0_s0/eval/dice.json" in carried["packed"]
+    unpack(tmp_path / "carry", tmp_path / "fresh")
+    fresh = tmp_path / "fresh" / "results" / "x_acdc"
+    assert not (fresh / "pretrain").exists()  # both pre-train again
+    assert sorted(p.name for p in (fresh / "finetune").iterdir()) == ["random_L1_d0_s0"]
+
+
+def test_make_carry_replaces_only_an_earlier_carry(tmp_path, capsys):
+    from gcl_monai.benchmark.gpu_run.cli import main_gpu_run
+
+    _work_with_pretrainings(tmp_path / "work")
+    pack(tmp_path / "work", tmp_path / "out", "# report\n")
+    carry = tmp_path / "carry"
+    assert main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(carry)]) == 0
+    assert "left behind (run again there): nothing" in capsys.readouterr().out  # tiny weights fit
+    assert main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(carry)]) == 0  # replaced
+    assert returned_violations(carry) == []
+    (carry / "notes.md").write_text("mine")
+    with pytest.raises(SystemExit, match=r"holds other files than a carry \(notes.md\)"):
+        main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(carry)])
+    assert (carry / "notes.md").exists()

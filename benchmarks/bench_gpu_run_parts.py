@@ -12,7 +12,8 @@ time of each step on an H100 (with the H100 figures of ../shared/notes/gpu_paper
 
 Usage (from the repository root; real ACDC under ``--data-root`` when present, else a synthetic dataset)::
 
-    OMP_NUM_THREADS=1 python -m benchmarks.bench_gpu_run_parts --data-root ../shared/data --out docs/results/gpu_run_parts_cpu.json
+    OMP_NUM_THREADS=1 python -m benchmarks.bench_gpu_run_parts --data-root ../shared/data \\
+        --out docs/results/gpu_run_parts_cpu.json
 """
 
 from __future__ import annotations
@@ -97,8 +98,12 @@ def finetune_step(parser: ConfigParser, batch_size: int, image_size: int, repeat
         step()
         times.append(time.perf_counter() - start)
     times.sort()
-    return {"flops": flops.get_total_flops(), "aten_ops": ops.count, "cpu_s": times[len(times) // 2],
-            "parameters": sum(p.numel() for p in network.parameters())}
+    return {
+        "flops": flops.get_total_flops(),
+        "aten_ops": ops.count,
+        "cpu_s": times[len(times) // 2],
+        "parameters": sum(p.numel() for p in network.parameters()),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -107,29 +112,50 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batches", type=int, default=20)
     p.add_argument("--pretrain-batches", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--views-on-device", action="store_true",
-                   help="pre-training with the bundles' views_on_device (the two views drawn in the iteration)")
+    p.add_argument(
+        "--views-on-device",
+        action="store_true",
+        help="pre-training with the bundles' views_on_device (the two views drawn in the iteration)",
+    )
     p.add_argument("--out", type=Path, default=Path("results/gpu_run_parts_cpu.json"))
     args = p.parse_args(argv)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         dataset_dir = str(args.data_root / "acdc") if args.data_root else ensure_phantom(Path(tmp) / "acdc")
-        common = {"dataset_dir": dataset_dir, "split_file": f"{tmp}/split.json", "num_workers": 0,
-                  "features": PAPER_FEATURES, "device": "$torch.device('cpu')", "bundle_root": str(tmp)}
+        common = {
+            "dataset_dir": dataset_dir,
+            "split_file": f"{tmp}/split.json",
+            "num_workers": 0,
+            "features": PAPER_FEATURES,
+            "device": "$torch.device('cpu')",
+            "bundle_root": str(tmp),
+        }
         if not args.data_root:
             common.update(num_pretrain=8, num_val=2, num_test=4)
-        train = parser_for("train", {**common, "batch_size": 5, "num_labeled": 1, "labeled_pool": "train+pretrain",
-                                     "iterations_per_epoch": 10_000, "output_dir": tmp})
-        pretrain = parser_for("pretrain", {**common, "batch_size": 48, "pretrain_dir": tmp,
-                                           "views_on_device": args.views_on_device})
+        train = parser_for(
+            "train",
+            {
+                **common,
+                "batch_size": 5,
+                "num_labeled": 1,
+                "labeled_pool": "train+pretrain",
+                "iterations_per_epoch": 10_000,
+                "output_dir": tmp,
+            },
+        )
+        pretrain = parser_for(
+            "pretrain", {**common, "batch_size": 48, "pretrain_dir": tmp, "views_on_device": args.views_on_device}
+        )
         out = {
             "data": "ACDC" if args.data_root else "synthetic",
             "threads": torch.get_num_threads(),
             "finetune_loader": {"batch_size": 5, **loader_seconds(train, args.batches)},
-            "pretrain_loader": {"batch_size": 48, "views_on_device": args.views_on_device,
-                                **loader_seconds(pretrain, args.pretrain_batches)},
-            "finetune_step": {"batch_size": 5, "image_size": 128,
-                              **finetune_step(train, 5, 128, args.repeats)},
+            "pretrain_loader": {
+                "batch_size": 48,
+                "views_on_device": args.views_on_device,
+                **loader_seconds(pretrain, args.pretrain_batches),
+            },
+            "finetune_step": {"batch_size": 5, "image_size": 128, **finetune_step(train, 5, 128, args.repeats)},
         }
     for name, value in out.items():
         print(name, value)

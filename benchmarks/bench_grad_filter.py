@@ -89,8 +89,16 @@ def closed_form_vs_autograd(args, device: str | None = None, repeats: int = 5) -
     sync()
     t_autograd = time.perf_counter() - start
     rel = ((closed - reference).abs() / reference).max().item()
-    return {"device": str(device), "pixels": hw, "pool": k, "positives": hw * k, "closed_form_s": t_closed,
-            "autograd_s": t_autograd, "speedup": t_autograd / t_closed, "max_relative_difference": rel}
+    return {
+        "device": str(device),
+        "pixels": hw,
+        "pool": k,
+        "positives": hw * k,
+        "closed_form_s": t_closed,
+        "autograd_s": t_autograd,
+        "speedup": t_autograd / t_closed,
+        "max_relative_difference": rel,
+    }
 
 
 def pixel_loss_scaling(args) -> list[dict]:
@@ -119,8 +127,13 @@ def pixel_loss_scaling(args) -> list[dict]:
             loss.backward()
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
-            row = {"size": size, "pixels": pix.shape[-1] * pix.shape[-2], "variant": name,
-                   "seconds": time.perf_counter() - start, "autograd_saved_mb": saved[0] / 2**20}
+            row = {
+                "size": size,
+                "pixels": pix.shape[-1] * pix.shape[-2],
+                "variant": name,
+                "seconds": time.perf_counter() - start,
+                "autograd_saved_mb": saved[0] / 2**20,
+            }
             if args.device.startswith("cuda"):
                 row["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
             rows.append(row)
@@ -137,10 +150,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="results/bench_grad_filter.json")
     args = parser.parse_args(argv)
     cmp = closed_form_vs_autograd(args)
-    print(f"GradFilter, one anchor/positive image pair of {cmp['pixels']} pixels, pools of {cmp['pool']}: "
-          f"closed form {cmp['closed_form_s'] * 1e3:.1f} ms vs one autograd call per positive "
-          f"{cmp['autograd_s'] * 1e3:.0f} ms ({cmp['speedup']:.0f}x); max relative difference "
-          f"{cmp['max_relative_difference']:.1e}")
+    print(
+        f"GradFilter, one anchor/positive image pair of {cmp['pixels']} pixels, pools of {cmp['pool']}: "
+        f"closed form {cmp['closed_form_s'] * 1e3:.1f} ms vs one autograd call per positive "
+        f"{cmp['autograd_s'] * 1e3:.0f} ms ({cmp['speedup']:.0f}x); max relative difference "
+        f"{cmp['max_relative_difference']:.1e}"
+    )
     rows = pixel_loss_scaling(args)
     print(f"{'size':>6s} {'pixels':>7s} {'variant':>12s} {'fwd+bwd s':>10s} {'graph MB':>9s}")
     for r in rows:

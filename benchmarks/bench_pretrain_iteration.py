@@ -140,7 +140,9 @@ def build(variant: str, args, device, batched_backward: bool = False):
         meta_labels=spec["meta_labels"],
         pixel_loss=PixelContrastiveLoss(
             max_positive_images=args.max_positive_images, grad_filter_block_elements=args.grad_filter_block_elements
-        ) if spec["pixel"] else None,
+        )
+        if spec["pixel"]
+        else None,
         grad_filter=grad_filter,
         batched_backward=batched_backward,
         device_views=BatchContrastiveViews(spatial_size=args.image_size, seed=0) if spec.get("device_views") else None,
@@ -249,8 +251,11 @@ def count_flops(variant: str, args, device: str) -> dict:
         with counter:
             run_iterations(trainer, batch, 1, sync)
     total = counter.get_total_flops()
-    return {"flops": total, "grad_filter_flops": inside["grad_filter"],
-            "grad_filter_flop_share": inside["grad_filter"] / total}
+    return {
+        "flops": total,
+        "grad_filter_flops": inside["grad_filter"],
+        "grad_filter_flop_share": inside["grad_filter"] / total,
+    }
 
 
 def own_peak_rss_mb() -> float:
@@ -269,13 +274,33 @@ def own_peak_rss_mb() -> float:
 
 def peak_rss_mb(variant: str, args) -> float:
     """Peak resident memory of a separate process running only this variant (CPU)."""
-    child = ["--batch-size", str(args.batch_size), "--image-size", str(args.image_size), "--norm", args.norm,
-             "--max-positive-images", str(args.max_positive_images), "--features", *map(str, args.features)]
+    child = [
+        "--batch-size",
+        str(args.batch_size),
+        "--image-size",
+        str(args.image_size),
+        "--norm",
+        args.norm,
+        "--max-positive-images",
+        str(args.max_positive_images),
+        "--features",
+        *map(str, args.features),
+    ]
     if args.grad_filter_block_elements is not None:
         child += ["--grad-filter-block-elements", str(args.grad_filter_block_elements)]
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_pretrain_iteration", *child, "--only", variant, "--iterations", "2",
-         "--warmup", "1"],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.bench_pretrain_iteration",
+            *child,
+            "--only",
+            variant,
+            "--iterations",
+            "2",
+            "--warmup",
+            "1",
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -369,10 +394,21 @@ def finetune_iteration(args, device: str) -> dict:
     per_epoch = args.warmup + args.iterations
     with tempfile.TemporaryDirectory() as tmp:
         wf = ConfigWorkflow(
-            config_file=str(config), workflow_type=None, bundle_root=tmp, work_dir=tmp, init="random",
-            num_patients=4, num_pretrain=1, num_val=1, num_test=1, epochs=args.finetune_rounds,
-            val_interval=args.finetune_rounds + 1, iterations_per_epoch=per_epoch,
-            image_size=[args.image_size] * 2, batch_size=args.finetune_batch_size, ckpt_dir=str(Path(tmp) / "models"),
+            config_file=str(config),
+            workflow_type=None,
+            bundle_root=tmp,
+            work_dir=tmp,
+            init="random",
+            num_patients=4,
+            num_pretrain=1,
+            num_val=1,
+            num_test=1,
+            epochs=args.finetune_rounds,
+            val_interval=args.finetune_rounds + 1,
+            iterations_per_epoch=per_epoch,
+            image_size=[args.image_size] * 2,
+            batch_size=args.finetune_batch_size,
+            ckpt_dir=str(Path(tmp) / "models"),
             features=list(args.features),  # the pre-training variants' width (the paper's on a GPU run)
         )
         wf.initialize()
@@ -444,10 +480,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--finetune-batch-size", type=int, default=5, help="fine-tuning batch (the paper's: 5)")
     parser.add_argument("--finetune-rounds", type=int, default=3, help="interleaved bundle / bare fine-tuning rounds")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="what to measure (default: all)")
-    parser.add_argument("--grad-filter-block-elements", type=int, default=None,
-                        help="grad_filter_block_elements of the pixel loss (default: 2**20 on a CPU, else one block)")
-    parser.add_argument("--matmul-precision", default="highest", choices=("highest", "high", "medium"),
-                        help="torch.set_float32_matmul_precision for the run (high: TF32 matrix products on CUDA)")
+    parser.add_argument(
+        "--grad-filter-block-elements",
+        type=int,
+        default=None,
+        help="grad_filter_block_elements of the pixel loss (default: 2**20 on a CPU, else one block)",
+    )
+    parser.add_argument(
+        "--matmul-precision",
+        default="highest",
+        choices=("highest", "high", "medium"),
+        help="torch.set_float32_matmul_precision for the run (high: TF32 matrix products on CUDA)",
+    )
     parser.add_argument("--note", default="", help="free text stored with the results (e.g. machine load)")
     parser.add_argument("--skip-peak-rss", action="store_true", help="CPU: do not measure peak RSS per variant")
     parser.add_argument("--only", default=None, help=argparse.SUPPRESS)
@@ -462,25 +506,33 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({"peak_rss_mb": own_peak_rss_mb()}))
         return
 
-    print(f"device {args.device} ({device_name(args.device)}), batch {args.batch_size} x 2 views, "
-          f"{args.image_size}^2, features {args.features}")
+    print(
+        f"device {args.device} ({device_name(args.device)}), batch {args.batch_size} x 2 views, "
+        f"{args.image_size}^2, features {args.features}"
+    )
     payload: dict = {"device": device_name(args.device), "note": args.note, "config": vars(args)}
     if "variants" in args.parts:
         results, errors = time_variants(args, args.device)
         if not cuda and not args.skip_peak_rss:
             for variant in VARIANTS:
                 results[variant]["peak_memory_mb"] = peak_rss_mb(variant, args)
-        print(f"{'variant':33s} {'s/iter':>7s} {'min s':>7s} {'x SimCLR':>9s} {'img/s':>7s} {'combine':>8s} "
-              f"{'filter':>7s} {'views':>6s} {'peak MB':>8s}")
+        print(
+            f"{'variant':33s} {'s/iter':>7s} {'min s':>7s} {'x SimCLR':>9s} {'img/s':>7s} {'combine':>8s} "
+            f"{'filter':>7s} {'views':>6s} {'peak MB':>8s}"
+        )
         for name, r in results.items():
             peak = r.get("peak_memory_mb")
-            print(f"{name:33s} {r['median_s']:7.3f} {r['min_s']:7.3f} {r['ratio_to_simclr']:9.2f} "
-                  f"{r['images_per_s']:7.1f} {100 * r['combine_share']:7.1f}% {100 * r['grad_filter_share']:6.1f}% "
-                  f"{100 * r['views_share']:5.1f}% {'-' if peak is None else f'{peak:.0f}':>8s}")
+            print(
+                f"{name:33s} {r['median_s']:7.3f} {r['min_s']:7.3f} {r['ratio_to_simclr']:9.2f} "
+                f"{r['images_per_s']:7.1f} {100 * r['combine_share']:7.1f}% {100 * r['grad_filter_share']:6.1f}% "
+                f"{100 * r['views_share']:5.1f}% {'-' if peak is None else f'{peak:.0f}':>8s}"
+            )
         gcl = results["gcl"]
-        print(f"targets: GCL / SimCLR = {gcl['ratio_to_simclr']:.2f} (GPU <= 2.5), combine "
-              f"{100 * gcl['combine_share']:.1f}% and GradFilter {100 * gcl['grad_filter_share']:.1f}% (GPU < 10%, "
-              "CPU < 15%)")
+        print(
+            f"targets: GCL / SimCLR = {gcl['ratio_to_simclr']:.2f} (GPU <= 2.5), combine "
+            f"{100 * gcl['combine_share']:.1f}% and GradFilter {100 * gcl['grad_filter_share']:.1f}% (GPU < 10%, "
+            "CPU < 15%)"
+        )
         payload.update(variants=results, errors=errors, gcl_consumption_slices_per_s=gcl["images_per_s"] / 2)
 
     if "flops" in args.parts:
@@ -494,10 +546,12 @@ def main(argv: list[str] | None = None) -> None:
 
     if "closed_form" in args.parts:
         closed = closed_form_vs_autograd(argparse.Namespace(small_size=128), device=args.device)
-        print(f"GradFilter closed form vs autograd per positive ({closed['positives']} positives): "
-              f"{closed['closed_form_s'] * 1e3:.1f} ms vs {closed['autograd_s'] * 1e3:.0f} ms = "
-              f"{closed['speedup']:.0f}x (GPU >= 100x), "
-              f"max relative difference {closed['max_relative_difference']:.1e}")
+        print(
+            f"GradFilter closed form vs autograd per positive ({closed['positives']} positives): "
+            f"{closed['closed_form_s'] * 1e3:.1f} ms vs {closed['autograd_s'] * 1e3:.0f} ms = "
+            f"{closed['speedup']:.0f}x (GPU >= 100x), "
+            f"max relative difference {closed['max_relative_difference']:.1e}"
+        )
         payload["closed_form_vs_autograd"] = closed
 
     if "loader" in args.parts:
@@ -507,18 +561,24 @@ def main(argv: list[str] | None = None) -> None:
             loader["bundle"] = data_pipeline_rate(args, settings)
         consumption = payload.get("gcl_consumption_slices_per_s")
         for name, rate in loader.items():
-            against = "" if consumption is None else (
-                f"; full GCL consumes {consumption:.1f} slices/s (pipeline / consumption = {rate / consumption:.2f}, "
-                "GPU >= 1.5)"
+            against = (
+                ""
+                if consumption is None
+                else (
+                    f"; full GCL consumes {consumption:.1f} slices/s "
+                    f"(pipeline / consumption = {rate / consumption:.2f}, GPU >= 1.5)"
+                )
             )
             print(f"data pipeline ({name}): {rate:.1f} slices/s{against}")
         payload.update(loader_settings=settings, pipeline_slices_per_s=loader)
 
     if "finetune" in args.parts:
         finetune = finetune_iteration(args, args.device)
-        print(f"fine-tuning (demo bundle, batch {finetune['batch_size']}, {args.finetune_rounds} interleaved rounds): "
-              f"{finetune['bundle_s']:.3f} s/iteration, of which waiting for the batch {finetune['loading_s']:.3f} s, "
-              f"vs bare forward/backward {finetune['bare_s']:.3f} s ({finetune['ratio']:.2f}x, target <= 1.5)")
+        print(
+            f"fine-tuning (demo bundle, batch {finetune['batch_size']}, {args.finetune_rounds} interleaved rounds): "
+            f"{finetune['bundle_s']:.3f} s/iteration, of which waiting for the batch {finetune['loading_s']:.3f} s, "
+            f"vs bare forward/backward {finetune['bare_s']:.3f} s ({finetune['ratio']:.2f}x, target <= 1.5)"
+        )
         payload["finetune"] = finetune
     payload["torch"] = torch.__version__
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -92,8 +92,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--iterations", type=int, default=20, help="iterations of each loss curve")
     p.add_argument("--out", type=Path, default=Path("results/bf16_autocast_cpu.json"))
     args = p.parse_args(argv)
-    spec = argparse.Namespace(features=args.features, norm="batch", max_positive_images=4,
-                              grad_filter_block_elements=None, image_size=args.image_size, batch_size=args.batch_size)
+    spec = argparse.Namespace(
+        features=args.features,
+        norm="batch",
+        max_positive_images=4,
+        grad_filter_block_elements=None,
+        image_size=args.image_size,
+        batch_size=args.batch_size,
+    )
     fp32, fp32_combiner = build("gcl", spec, "cpu")
     assert isinstance(fp32_combiner, GradMitigator)
 
@@ -102,8 +108,12 @@ def main(argv: list[str] | None = None) -> None:
         batch = _batch(args, seed=i)
         # the control: float32 on the images rounded to bfloat16 (what the precision does to the inputs alone)
         rounded = {**batch, **{k: batch[k].to(torch.bfloat16).float() for k in ("image", "image_2")}}
-        start = (copy.deepcopy(fp32.network.state_dict()), copy.deepcopy(fp32.optimizer.state_dict()),
-                 copy.deepcopy(fp32_combiner.state_dict()), fp32.grad_filter.state_dict())
+        start = (
+            copy.deepcopy(fp32.network.state_dict()),
+            copy.deepcopy(fp32.optimizer.state_dict()),
+            copy.deepcopy(fp32_combiner.state_dict()),
+            fp32.grad_filter.state_dict(),
+        )
         results = {}
         for name, inputs, half in (("control", rounded, False), ("bf16", batch, True), ("fp32", batch, False)):
             fp32.network.load_state_dict(start[0])
@@ -119,14 +129,21 @@ def main(argv: list[str] | None = None) -> None:
             row[name] = {
                 "decisions_agree": sum(int((a == b).sum()) for a, b in zip(masks_32, masks)) / row["positives"],
                 "kept_fp32_not_here": sum(int((a & ~b).sum()) for a, b in zip(masks_32, masks)) / max(kept, 1),
-                "combined_rel_diff": float(torch.sqrt(sum(((a - b) ** 2).sum() for a, b in zip(combined_32, combined)))
-                                           / torch.sqrt(sum((a**2).sum() for a in combined_32))),
+                "combined_rel_diff": float(
+                    torch.sqrt(sum(((a - b) ** 2).sum() for a, b in zip(combined_32, combined)))
+                    / torch.sqrt(sum((a**2).sum() for a in combined_32))
+                ),
             }
         pairs.append(row)
-        print(f"pair {i}: " + "; ".join(
-            f"{name}: decisions agree {r['decisions_agree']:.4f}, kept in fp32 only {r['kept_fp32_not_here']:.4f}, "
-            f"combined gradient rel. diff {r['combined_rel_diff']:.2e}" for name, r in row.items() if name != "positives"
-        ))
+        print(
+            f"pair {i}: "
+            + "; ".join(
+                f"{name}: decisions agree {r['decisions_agree']:.4f}, kept in fp32 only {r['kept_fp32_not_here']:.4f}, "
+                f"combined gradient rel. diff {r['combined_rel_diff']:.2e}"
+                for name, r in row.items()
+                if name != "positives"
+            )
+        )
 
     curves = {"fp32": [], "bf16": []}
     for name, precise in (("fp32", True), ("bf16", False)):
@@ -140,8 +157,13 @@ def main(argv: list[str] | None = None) -> None:
     }
     for key, value in rel.items():
         print(f"loss curve {key}: largest relative difference over {args.iterations} iterations {value:.2e}")
-    out = {"config": vars(args) | {"out": str(args.out)}, "pairs": pairs, "curves": curves, "curve_max_rel_diff": rel,
-           "torch": torch.__version__}
+    out = {
+        "config": vars(args) | {"out": str(args.out)},
+        "pairs": pairs,
+        "curves": curves,
+        "curve_max_rel_diff": rel,
+        "torch": torch.__version__,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1))
 

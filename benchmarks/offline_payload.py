@@ -176,8 +176,20 @@ def download_wheels(dest: Path, python_version: str = "3.12") -> list[str]:
     requirements = [f"{name}=={metadata.version(name)}" for name in OFFLINE_PACKAGES]
     platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")]
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--implementation=cp",
-         f"--python-version={python_version}", *platforms, f"--dest={dest}", *requirements],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--implementation=cp",
+            f"--python-version={python_version}",
+            *platforms,
+            f"--dest={dest}",
+            *requirements,
+        ],
         check=True,
     )
     return requirements

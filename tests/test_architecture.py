@@ -21,8 +21,18 @@ ALLOWED = {
     "engines": {"losses", "gradients", "networks"},
     "handlers": {"engines", "losses", "gradients", "networks"},
     "probe": {"data", "transforms", "networks"},
-    "benchmark": {"bundle", "data", "transforms", "engines", "handlers", "losses", "gradients", "networks", "diagnose",
-                  "probe"},
+    "benchmark": {
+        "bundle",
+        "data",
+        "transforms",
+        "engines",
+        "handlers",
+        "losses",
+        "gradients",
+        "networks",
+        "diagnose",
+        "probe",
+    },
     "diagnose": {"bundle", "data", "transforms", "engines", "handlers", "losses", "gradients", "networks", "probe"},
     "": {"losses", "gradients", "networks"},  # gcl_monai/__init__.py: the public API
 }
@@ -86,7 +96,7 @@ def test_no_import_cycle_between_modules():
         state[node] = 1
         for dep in sorted(graph[node]):
             if state.get(dep) == 1:
-                cycle = path[path.index(dep):] + [dep] if dep in path else [node, dep]
+                cycle = path[path.index(dep) :] + [dep] if dep in path else [node, dep]
                 pytest.fail(f"import cycle: {' -> '.join(cycle)}")
             if dep not in state:
                 visit(dep, path + [dep])

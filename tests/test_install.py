@@ -59,8 +59,10 @@ def installed(tmp_path_factory):
     install of this checkout there stays invisible."""
     missing = _offline_build_missing()
     if missing:
-        pytest.skip(f"the install test builds gcl-monai offline with the running environment's build tools: {missing}"
-                    " (pip install 'gcl-monai[dev]' installs them)")
+        pytest.skip(
+            f"the install test builds gcl-monai offline with the running environment's build tools: {missing}"
+            " (pip install 'gcl-monai[dev]' installs them)"
+        )
     root = tmp_path_factory.mktemp("install")
     # a copy of the source: the build writes build/ and *.egg-info next to setup.cfg, not into this checkout
     source = root / "source"
@@ -70,13 +72,16 @@ def installed(tmp_path_factory):
     python = root / "venv" / "bin" / "python"
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     Path(purelib, "_running_environment.pth").write_text("\n".join(_running_site_dirs()) + "\n")
     # the running environment's pip installs into the virtual environment it is run from
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", str(source)],
-        check=True, cwd=root,
+        check=True,
+        cwd=root,
     )
     return root, python
 
@@ -86,7 +91,11 @@ def test_installed_package_runs_its_installed_bundle(installed):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GCL_BUNDLE_DIR")}
     env["OMP_NUM_THREADS"] = "1"
     found = subprocess.run(
-        [str(python), "-c", SCRIPT, str(root / "model.pt")], check=True, cwd=root, env=env, capture_output=True,
+        [str(python), "-c", SCRIPT, str(root / "model.pt")],
+        check=True,
+        cwd=root,
+        env=env,
+        capture_output=True,
         text=True,
     )
     where = json.loads(found.stdout.strip().splitlines()[-1])
@@ -110,14 +119,25 @@ def test_installed_package_runs_its_installed_bundle(installed):
     bundle = bundles / "gcl_demo"
     subprocess.run(
         [
-            str(python), "-m", "monai.bundle", "run",
-            "--config_file", str(bundle / "configs" / "inference.json"),
-            "--bundle_root", str(bundle),
-            "--dataset_dir", str(data),
-            "--output_dir", str(root / "out"),
-            "--handlers#0#load_path", str(root / "model.pt"),
+            str(python),
+            "-m",
+            "monai.bundle",
+            "run",
+            "--config_file",
+            str(bundle / "configs" / "inference.json"),
+            "--bundle_root",
+            str(bundle),
+            "--dataset_dir",
+            str(data),
+            "--output_dir",
+            str(root / "out"),
+            "--handlers#0#load_path",
+            str(root / "model.pt"),
         ],
-        check=True, cwd=root, env=env, capture_output=True,
+        check=True,
+        cwd=root,
+        env=env,
+        capture_output=True,
     )
     seg = nib.load(root / "out" / "case01_seg.nii.gz")
     assert seg.shape == volume.shape
@@ -129,12 +149,19 @@ def test_bundle_dir_setting_wins(installed, tmp_path):
     env["GCL_BUNDLE_DIR"] = str(tmp_path)
     out = subprocess.run(
         [str(python), "-c", "from gcl_monai.benchmark import default_bundle_dir; print(default_bundle_dir())"],
-        check=True, cwd=root, env=env, capture_output=True, text=True,
+        check=True,
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert Path(out.stdout.strip()) == tmp_path.resolve()
     env["GCL_BUNDLE_DIR"] = str(tmp_path / "missing")
     failed = subprocess.run(
         [str(python), "-c", "from gcl_monai.benchmark import default_bundle_dir; default_bundle_dir()"],
-        cwd=root, env=env, capture_output=True, text=True,
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert failed.returncode != 0 and "GCL_BUNDLE_DIR" in failed.stderr and "missing" in failed.stderr

@@ -68,7 +68,9 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--preset", default="cpu-mini", choices=list(PRESETS), help="protocol (default cpu-mini)")
     parser.add_argument("--data", required=True, choices=list(DATASETS), help="dataset of fine-tuning and test")
     parser.add_argument(
-        "--data-root", type=Path, default=Path(os.environ.get("GCL_DATA_ROOT", "data")),
+        "--data-root",
+        type=Path,
+        default=Path(os.environ.get("GCL_DATA_ROOT", "data")),
         help="folder with the datasets' folders (default $GCL_DATA_ROOT or ./data)",
     )
     parser.add_argument(
@@ -76,7 +78,8 @@ def run_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--test-root", type=Path, help="external test set in the layout of --data (all its patients)")
     parser.add_argument(
-        "--input-grid", action="store_true",
+        "--input-grid",
+        action="store_true",
         help="also evaluate every cell in each volume's own grid (evaluate.json dice_grid=input) on the test and the "
         "validation patients: rows test_input and val_input (e.g. compare --test-set val_input), a Dice that runs "
         "with another field of view or image size share",
@@ -88,8 +91,13 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-labeled", nargs="+", type=int, metavar="L")
     parser.add_argument("--repeats", type=int, help="labelled draws per L")
     parser.add_argument("--seeds-per-draw", type=int, help="fine-tuning seeds per draw")
-    parser.add_argument("--pretrain-seeds", nargs="+", type=int, metavar="SEED",
-                        help="pre-training seeds of every pre-trained method (e.g. 0 1 2)")
+    parser.add_argument(
+        "--pretrain-seeds",
+        nargs="+",
+        type=int,
+        metavar="SEED",
+        help="pre-training seeds of every pre-trained method (e.g. 0 1 2)",
+    )
     parser.add_argument("--pretrain-epochs", type=int)
     parser.add_argument("--finetune-iterations", type=int, help="total fine-tuning iterations per cell")
     parser.add_argument("--image-size", type=int, help="in-plane size of the slices")
@@ -98,22 +106,33 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--finetune-set", nargs="+", default=[], metavar="KEY=VALUE", help="train.json overrides")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: the bundles' choice)")
     parser.add_argument(
-        "--pretrain-from", nargs="+", default=[], metavar="NAME",
+        "--pretrain-from",
+        nargs="+",
+        default=[],
+        metavar="NAME",
         help="other experiments (names in RESULTS_DIR, or folders) whose finished pre-trainings are taken where they "
         "are the same run (method, settings, split) instead of pre-training again",
     )
     parser.add_argument(
-        "--finetune-from", nargs="+", default=[], metavar="NAME",
+        "--finetune-from",
+        nargs="+",
+        default=[],
+        metavar="NAME",
         help="other experiments whose trained fine-tuning cells are taken where they are the same run (method, L, "
         "draw, seed, settings, split, the same encoder) instead of fine-tuning again",
     )
     parser.add_argument(
-        "--jobs", type=int, default=None,
+        "--jobs",
+        type=int,
+        default=None,
         help="cells running at once, each in a worker process with OMP_NUM_THREADS (else cores / jobs) torch "
         "threads; a fine-tuning cell waits for its pre-training (default 1, or the number of --devices)",
     )
     parser.add_argument(
-        "--devices", nargs="+", default=[], metavar="DEVICE",
+        "--devices",
+        nargs="+",
+        default=[],
+        metavar="DEVICE",
         help="devices dealt round-robin to the running cells, e.g. cuda:0 cuda:1 (instead of --device)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the plan (cells and overrides) and exit")
@@ -273,7 +292,9 @@ def main_compare(argv: Sequence[str]) -> int:
     parser.add_argument("--names", nargs="+", required=True, metavar="NAME", help="the reference first")
     parser.add_argument("--results-dir", type=Path, default=Path("results"))
     parser.add_argument(
-        "--test-set", default=VALIDATION_SET, help=f"the rows' test_set (default {VALIDATION_SET}: the validation "
+        "--test-set",
+        default=VALIDATION_SET,
+        help=f"the rows' test_set (default {VALIDATION_SET}: the validation "
         "patients; test for the test split once a choice is made)",
     )
     parser.add_argument("--methods", nargs="+", metavar="METHOD", help="default: every method found")
@@ -306,8 +327,12 @@ def main_protocol(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--name", required=True)
     parser.add_argument("--results-dir", type=Path, default=Path("results"))
-    parser.add_argument("--test-set", default="test", help=f"the rows analysed (test; {VALIDATION_SET}: the "
-                        "validation patients' last validation Dice, stage B of the protocol)")
+    parser.add_argument(
+        "--test-set",
+        default="test",
+        help=f"the rows analysed (test; {VALIDATION_SET}: the "
+        "validation patients' last validation Dice, stage B of the protocol)",
+    )
     args = parser.parse_args(argv)
     results_csv = args.results_dir / args.name / "results.csv"
     if not results_csv.exists():

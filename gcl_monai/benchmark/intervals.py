@@ -69,8 +69,11 @@ def seed_aware_difference(differences: Sequence[Sequence[float]], level: float =
     resid = d - seed_means[:, None] - draw_means[None, :] + mean
     ms_e = float((resid**2).sum()) / ((s - 1) * (n - 1))
     # MS_a + MS_b - MS_e can fall below MS_a or MS_b by chance: never below either (a variance component >= 0)
-    combination = {ms_a + ms_b - ms_e: [(ms_a, s - 1), (ms_b, n - 1), (ms_e, (s - 1) * (n - 1))],
-                   ms_b: [(ms_b, n - 1)], ms_a: [(ms_a, s - 1)]}
+    combination = {
+        ms_a + ms_b - ms_e: [(ms_a, s - 1), (ms_b, n - 1), (ms_e, (s - 1) * (n - 1))],
+        ms_b: [(ms_b, n - 1)],
+        ms_a: [(ms_a, s - 1)],
+    }
     total = max(combination)
     var_mean = total / (s * n)
     df = total**2 / sum(ms**2 / f for ms, f in combination[total]) if total > 0 else float(n - 1)
@@ -78,8 +81,16 @@ def seed_aware_difference(differences: Sequence[Sequence[float]], level: float =
     half = float(stats.t.ppf(0.5 + level / 2, df)) * se
     p = float(2 * stats.t.sf(abs(mean) / se, df)) if se > 0 else (0.0 if mean != 0 else 1.0)
     return SeedAwareDifference(
-        mean, mean - half, mean + half, float(df), p, s, n,
-        var_seed=max((ms_a - ms_e) / n, 0.0), var_draw=max((ms_b - ms_e) / s, 0.0), var_residual=ms_e,
+        mean,
+        mean - half,
+        mean + half,
+        float(df),
+        p,
+        s,
+        n,
+        var_seed=max((ms_a - ms_e) / n, 0.0),
+        var_draw=max((ms_b - ms_e) / s, 0.0),
+        var_residual=ms_e,
     )
 
 

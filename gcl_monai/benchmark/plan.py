@@ -132,8 +132,12 @@ def _finetune_cell(
         evals[EXTERNAL_TEST] = {**evaluate, "eval_dir": str(folder / "eval_external"), "test_data": external}
     if experiment.input_grid:
         for test_set, split in INPUT_GRID_SETS.items():
-            evals[test_set] = {**evaluate, "dice_grid": "input", "test_split": split,
-                               "eval_dir": str(folder / test_set)}
+            evals[test_set] = {
+                **evaluate,
+                "dice_grid": "input",
+                "test_split": split,
+                "eval_dir": str(folder / test_set),
+            }
     return FinetuneCell(
         method=name,
         num_labeled=num_labeled,
@@ -283,9 +287,7 @@ def write_plan(experiment: Experiment, pretrain: list[PretrainCell], finetune: l
         "cuts": preset_cuts(experiment.preset),
         "methods": list(dict.fromkeys(c.method for c in finetune)),
         "labels": {m: METHODS[m].label for m in experiment.preset.methods},
-        "pretrain": {
-            c.name: {"bundle": str(c.bundle), "config": c.config, "overrides": c.overrides} for c in pretrain
-        },
+        "pretrain": {c.name: {"bundle": str(c.bundle), "config": c.config, "overrides": c.overrides} for c in pretrain},
     }
     path = experiment.folder / "plan.json"
     path.write_text(json.dumps(plan, indent=1))
@@ -294,8 +296,10 @@ def write_plan(experiment: Experiment, pretrain: list[PretrainCell], finetune: l
 
 def describe_header(experiment: Experiment, num_cells: int) -> list[str]:
     """The experiment in a few lines, with what its preset cuts relative to the paper."""
-    lines = [f"Experiment {experiment.name}: preset {experiment.preset.name}, fine-tune and test on {experiment.data}, "
-             f"pre-train on {experiment.source}; {num_cells} cells in {experiment.folder}"]
+    lines = [
+        f"Experiment {experiment.name}: preset {experiment.preset.name}, fine-tune and test on {experiment.data}, "
+        f"pre-train on {experiment.source}; {num_cells} cells in {experiment.folder}"
+    ]
     cuts = preset_cuts(experiment.preset)
     lines.append("What this preset cuts relative to the paper:" if cuts else "The paper's protocol, nothing cut.")
     lines.extend(f"  - {c}" for c in cuts)

@@ -141,7 +141,12 @@ METHODS: dict[str, Method] = {
         Method("gcl_frozen", "Full model (frozen)", None, encoder_of="gcl", freeze_encoder=True),
         Method("gcl", "GCL (full model)", ALL, pixel_branch=True, grad_filter=True, mitigate=True),
         Method(
-            "gcl_paper", "GCL (paper-literal recipe)", ALL, pixel_branch=True, grad_filter=True, mitigate=True,
+            "gcl_paper",
+            "GCL (paper-literal recipe)",
+            ALL,
+            pixel_branch=True,
+            grad_filter=True,
+            mitigate=True,
             recipe="paper",
         ),
         # Table 3: semi-supervised fine-tuning, alone and on the GCL encoder, and full supervision
@@ -152,23 +157,46 @@ METHODS: dict[str, Method] = {
         Method("gcl_mean_teacher", "Ours + M.T.", None, encoder_of="gcl", semi_supervised="mean_teacher"),
         Method("fully_supervised", "Fully Superv.", None, fully_supervised=True),
         # pre-trained encoders shrunk and perturbed before fine-tuning (a measured option, not the paper's fine-tuning)
-        Method("simclr_sp", "SimCLR (Base), shrink and perturb", None, encoder_of="simclr",
-               shrink_perturb=SHRINK_PERTURB),
-        Method("gcl_sp", "GCL (full model), shrink and perturb", None, encoder_of="gcl",
-               shrink_perturb=SHRINK_PERTURB),
+        Method(
+            "simclr_sp", "SimCLR (Base), shrink and perturb", None, encoder_of="simclr", shrink_perturb=SHRINK_PERTURB
+        ),
+        Method("gcl_sp", "GCL (full model), shrink and perturb", None, encoder_of="gcl", shrink_perturb=SHRINK_PERTURB),
         # a reference beside Table 1: the encoder of the fully supervised U-Net, fine-tuned like the others
         Method("supervised_encoder", "Fully superv. encoder (reference)", None, supervised_pretraining=True),
         Method(
-            "supervised_encoder_sp", "Fully superv. encoder (reference), shrink and perturb", None,
-            encoder_of="supervised_encoder", shrink_perturb=SHRINK_PERTURB,
+            "supervised_encoder_sp",
+            "Fully superv. encoder (reference), shrink and perturb",
+            None,
+            encoder_of="supervised_encoder",
+            shrink_perturb=SHRINK_PERTURB,
         ),
     )
 }
 #: the rows of Tables 1 and 4 (pre-training methods and ablations) and of Table 3 (semi-supervised fine-tuning)
-PRETRAINING_METHODS = ("random", "simclr", "meta_patient", "meta_quantile", "meta_state", "multi_meta",
-                       "multi_meta_mitigator", "pixcl", "pixcl_gradfilter", "gcl_frozen", "gcl", "gcl_paper")
-SEMI_SUPERVISED_METHODS = ("random", "vat", "mean_teacher", "mixup", "gcl", "gcl_mixup", "gcl_mean_teacher",
-                           "fully_supervised")
+PRETRAINING_METHODS = (
+    "random",
+    "simclr",
+    "meta_patient",
+    "meta_quantile",
+    "meta_state",
+    "multi_meta",
+    "multi_meta_mitigator",
+    "pixcl",
+    "pixcl_gradfilter",
+    "gcl_frozen",
+    "gcl",
+    "gcl_paper",
+)
+SEMI_SUPERVISED_METHODS = (
+    "random",
+    "vat",
+    "mean_teacher",
+    "mixup",
+    "gcl",
+    "gcl_mixup",
+    "gcl_mean_teacher",
+    "fully_supervised",
+)
 ALL_METHODS = tuple(METHODS)
 
 
@@ -284,9 +312,7 @@ CPU_PROTOCOL = CPU_MINI.replace(
     finetune={"epochs": 20, "iterations_per_epoch": 50, "val_interval": 5, "labeled_pool": "train+pretrain"},
 )
 
-PRESETS: dict[str, Preset] = {
-    p.name: p for p in (CPU_MINI, CPU_ABLATION, CPU_SEMI, CPU_PROTOCOL, PAPER, PAPER_SEMI)
-}
+PRESETS: dict[str, Preset] = {p.name: p for p in (CPU_MINI, CPU_ABLATION, CPU_SEMI, CPU_PROTOCOL, PAPER, PAPER_SEMI)}
 
 
 def get_preset(name: str) -> Preset:

@@ -48,7 +48,12 @@ class Progress:
             self.remaining.discard(index)
         logger.info(
             "[cell %d of %d] %s: %s (elapsed %s, ETA %s)",
-            index + 1, len(self.cells), cell.label, what, hms(time.time() - self.start), self.eta(),
+            index + 1,
+            len(self.cells),
+            cell.label,
+            what,
+            hms(time.time() - self.start),
+            self.eta(),
         )
 
     def add(self, cell: PretrainCell | FinetuneCell, seconds: float) -> None:

@@ -83,8 +83,11 @@ def analyse(rows: Sequence[Mapping[str, Any]], comparisons: Sequence[Comparison]
         diff = seed_aware_difference(table) if table.shape[1] >= 2 else None
         results.append({"comparison": c, "difference": diff})
     for family in {c.family for c in comparisons}:
-        members = [r for r in results if r["comparison"].family == family and r["difference"] is not None
-                   and math.isfinite(r["difference"].p)]
+        members = [
+            r
+            for r in results
+            if r["comparison"].family == family and r["difference"] is not None and math.isfinite(r["difference"].p)
+        ]
         if members:
             reject, adjusted = holm([r["difference"].p for r in members])
             for r, rej, adj in zip(members, reject, adjusted):
@@ -115,11 +118,16 @@ def write_analysis(results: Sequence[Mapping[str, Any]], folder: Path, test_set:
         c, d = r["comparison"], r["difference"]
         verdict = "–" if d is None else ("**resolved**" if r.get("resolved") else "not resolved")
         holm_p = f"{r['p_holm']:.3g}" if "p_holm" in r else "–"
-        body.append([c.family, f"{c.method} − {c.baseline}", str(c.num_labeled), str(d) if d else "no pairs",
-                     holm_p, verdict])
-    lines = [f"# Pre-registered analysis (docs/protocol.md), `{test_set}` rows", "",
-             "Seed-aware 95 % intervals (two-way ANOVA over pre-training seeds x labelled draws, Satterthwaite df); "
-             "Holm within each family.", ""]
+        body.append(
+            [c.family, f"{c.method} − {c.baseline}", str(c.num_labeled), str(d) if d else "no pairs", holm_p, verdict]
+        )
+    lines = [
+        f"# Pre-registered analysis (docs/protocol.md), `{test_set}` rows",
+        "",
+        "Seed-aware 95 % intervals (two-way ANOVA over pre-training seeds x labelled draws, Satterthwaite df); "
+        "Holm within each family.",
+        "",
+    ]
     lines += markdown_table(["family", "comparison", "L", "difference", "Holm p", "verdict"], body)
     md_path = Path(folder) / f"{stem}.md"
     md_path.write_text("\n".join(lines) + "\n")

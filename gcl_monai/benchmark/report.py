@@ -257,8 +257,17 @@ def markdown_report(
             lines += markdown_table(
                 ["Method", *[f"{_l_name(n)} {who}" for n in ls for who in ("here", "paper")]],
                 (
-                    [labels[m], *[c for n in ls for c in (_mean_std_cell(_select(rows, m, n, test_set), planned),
-                                                          _paper_cell(plan["data"], m, n))]]
+                    [
+                        labels[m],
+                        *[
+                            c
+                            for n in ls
+                            for c in (
+                                _mean_std_cell(_select(rows, m, n, test_set), planned),
+                                _paper_cell(plan["data"], m, n),
+                            )
+                        ],
+                    ]
                     for m in methods
                 ),
             )
@@ -291,11 +300,19 @@ def markdown_report(
                 ]
                 lines += markdown_table(
                     ["Method", *[_l_name(n) for n in ls]],
-                    ([labels[m], *[_resolution_cell(*paired_values(rows, m, baseline, n, test_set),
-                                                    power_differences) for n in ls]]
-                     for m in methods if m != baseline),
+                    (
+                        [
+                            labels[m],
+                            *[
+                                _resolution_cell(*paired_values(rows, m, baseline, n, test_set), power_differences)
+                                for n in ls
+                            ],
+                        ]
+                        for m in methods
+                        if m != baseline
+                    ),
                 )
-        classes = [k[len("dice_"):] for k in (rows[0] if rows else {}) if k.startswith("dice_")]
+        classes = [k[len("dice_") :] for k in (rows[0] if rows else {}) if k.startswith("dice_")]
         if classes and not validation:  # the validation Dice is the trainer's mean over the classes
             lines += ["", f"### Dice per class (`{test_set}`), mean over the repeats", ""]
             lines += markdown_table(
@@ -470,7 +487,7 @@ def pretraining_summary(
     body = []
     for method, scalars in curves.items():
         batch = plan["pretrain"][method]["overrides"].get("batch_size")
-        names = [t[len("img/"):] for t in scalars if t.startswith("img/")]
+        names = [t[len("img/") :] for t in scalars if t.startswith("img/")]
         if not batch or not names:
             continue
         summary = summarise(_rows(scalars, batch), names)
@@ -480,16 +497,18 @@ def pretraining_summary(
             for k, s in labels.items()
             if not math.isnan(s["pix_first"])
         ]
-        body.append([
-            method,
-            str(summary.iterations),
-            "<br>".join(f"{k}: {s['img_first']:.3f} → {s['img_last']:.3f}" for k, s in labels.items()),
-            f"{summary.chance:.3f}",
-            "<br>".join(pix) or "–",
-            f"{summary.std_img[0]:.3f} → {summary.std_img[1]:.3f}",
-            f"{ranks[method][0]:.0f} of {ranks[method][1]}" if method in ranks else "–",
-            summary.verdict if summary.verdict == "training" else f"**{summary.verdict}**",
-        ])
+        body.append(
+            [
+                method,
+                str(summary.iterations),
+                "<br>".join(f"{k}: {s['img_first']:.3f} → {s['img_last']:.3f}" for k, s in labels.items()),
+                f"{summary.chance:.3f}",
+                "<br>".join(pix) or "–",
+                f"{summary.std_img[0]:.3f} → {summary.std_img[1]:.3f}",
+                f"{ranks[method][0]:.0f} of {ranks[method][1]}" if method in ranks else "–",
+                summary.verdict if summary.verdict == "training" else f"**{summary.verdict}**",
+            ]
+        )
     if not body:
         return []
     return [

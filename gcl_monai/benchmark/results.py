@@ -73,8 +73,17 @@ def collect_rows(experiment: Experiment, finetune: list[FinetuneCell]) -> list[d
             val = cell_status["val_dice"] if "val_dice" in cell_status else last_validation_dice(cell)
             if math.isfinite(val):
                 shared = {k: v for k, v in row.items() if not k.startswith("dice_")}
-                rows.append({**shared, "test_set": VALIDATION_SET, "dice": val, "num_test_volumes": num_val,
-                             "status": "ok", "eval_seconds": "", "message": ""})
+                rows.append(
+                    {
+                        **shared,
+                        "test_set": VALIDATION_SET,
+                        "dice": val,
+                        "num_test_volumes": num_val,
+                        "status": "ok",
+                        "eval_seconds": "",
+                        "message": "",
+                    }
+                )
     return rows
 
 

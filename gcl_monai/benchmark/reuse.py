@@ -78,8 +78,13 @@ def find_reusable(cell: PretrainCell, source: Path) -> tuple[PretrainCell | None
         return None, f"{source} has no pre-training of {cell.name}"
     # the stored folders are those of the run; the experiment folder may have moved since
     folders = {"work_dir": str(source), "split_file": str(Path(source) / Path(stored["overrides"]["split_file"]).name)}
-    other = PretrainCell(cell.method, Path(stored["bundle"]), {**stored["overrides"], **folders},
-                         stored.get("config", "pretrain"), cell.seed)
+    other = PretrainCell(
+        cell.method,
+        Path(stored["bundle"]),
+        {**stored["overrides"], **folders},
+        stored.get("config", "pretrain"),
+        cell.seed,
+    )
     if other.config != cell.config:
         return None, f"{source}'s pre-training of {cell.name} ran {other.config}.json, not {cell.config}.json"
     if differ := changed_settings(_settings(other.overrides), _settings(cell.overrides)):
@@ -149,15 +154,17 @@ def _legacy_finetune_settings(cell: FinetuneCell, source: Path) -> dict[str, Any
     """
     preset = json.loads((source / "plan.json").read_text())["preset"]
     method = METHODS[cell.method]
-    return _settings({
-        **preset.get("common", {}),
-        **preset.get("finetune", {}),
-        **method.finetune_overrides(),
-        "init": method.pretrain_method or "random",
-        "num_labeled": cell.num_labeled,
-        "draw": cell.draw,
-        "seed": cell.seed,
-    })
+    return _settings(
+        {
+            **preset.get("common", {}),
+            **preset.get("finetune", {}),
+            **method.finetune_overrides(),
+            "init": method.pretrain_method or "random",
+            "num_labeled": cell.num_labeled,
+            "draw": cell.draw,
+            "seed": cell.seed,
+        }
+    )
 
 
 def find_reusable_finetuning(cell: FinetuneCell, source: Path) -> tuple[Path | None, str]:
@@ -199,7 +206,9 @@ def find_reusable_finetuning(cell: FinetuneCell, source: Path) -> tuple[Path | N
     if SETTINGS_KEY not in status:
         logger.warning(
             "%s: taking %s, which ran before settings were recorded: compared on %s's plan overrides only.",
-            cell.label, folder, source,
+            cell.label,
+            folder,
+            source,
         )
     return folder, f"the same fine-tuning ({status.get('status')}) in {source}"
 

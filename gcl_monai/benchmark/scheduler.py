@@ -107,9 +107,15 @@ def run_cells(
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}.")
     if executor is None:
-        executor = InlineExecutor() if jobs == 1 else ProcessPoolExecutor(
-            max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
-            initargs=(worker_threads(jobs),),
+        executor = (
+            InlineExecutor()
+            if jobs == 1
+            else ProcessPoolExecutor(
+                max_workers=jobs,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(worker_threads(jobs),),
+            )
         )
     slots: list[str | None] = [devices[i % len(devices)] for i in range(jobs)] if devices else [None] * jobs
     pending = list(enumerate(cells))

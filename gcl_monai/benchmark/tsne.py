@@ -53,7 +53,9 @@ def embed_slices(
     """L2-normalised image-wise representations ``img`` of ``dataset[indices]``, shape (len(indices), D)."""
     out = []
     for start in range(0, len(indices), batch_size):
-        images = torch.stack([torch.as_tensor(dataset[i]["image"]).float() for i in indices[start:start + batch_size]])
+        images = torch.stack(
+            [torch.as_tensor(dataset[i]["image"]).float() for i in indices[start : start + batch_size]]
+        )
         out.append(torch.nn.functional.normalize(network(images)["img"], dim=1).numpy())
     return np.concatenate(out)
 

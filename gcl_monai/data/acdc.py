@@ -114,7 +114,7 @@ def _official_item(image: Path, frame: int, patient_dir: Path) -> dict:
     if frame not in (ed, es):
         raise DatalistError(f"{image}: frame {frame} is neither ED ({ed}) nor ES ({es}) in {patient_dir / 'Info.cfg'}.")
     stem = image.name[: image.name.lower().index(".nii")]
-    label = image.with_name(stem + "_gt" + image.name[len(stem):])
+    label = image.with_name(stem + "_gt" + image.name[len(stem) :])
     if not label.is_file():
         raise DatalistError(f"{image}: label file {label.name} not found.")
     check_same_shape(str(image), nifti_shape(image), str(label), nifti_shape(label))

@@ -152,9 +152,7 @@ def h5_shapes(path: str | Path, keys: Sequence[str]) -> dict[str, tuple[int, ...
         with h5py.File(path, "r") as f:
             missing = [k for k in keys if k not in f]
             if missing:
-                raise DatalistError(
-                    f"{path}: HDF5 dataset(s) {missing} missing (found: {sorted(f.keys())})."
-                )
+                raise DatalistError(f"{path}: HDF5 dataset(s) {missing} missing (found: {sorted(f.keys())}).")
             return {k: tuple(int(s) for s in f[k].shape) for k in keys}
     except DatalistError:
         raise

@@ -79,8 +79,10 @@ def detect_layout(root: str | Path, dataset: str = "auto") -> tuple[str, str]:
             layout = READERS[name].detect(root)
             if layout is not None:
                 return name, layout
-    raise DatalistError(f"{str(root)!r} matches no known {'dataset' if dataset == 'auto' else dataset} layout. "
-                        f"Expected layouts:\n{_expected_layouts(names)}")
+    raise DatalistError(
+        f"{str(root)!r} matches no known {'dataset' if dataset == 'auto' else dataset} layout. "
+        f"Expected layouts:\n{_expected_layouts(names)}"
+    )
 
 
 def load_datalist(

@@ -43,9 +43,16 @@ _NUM_TISSUES = 13
 # relative amplitude of the fine (~1 px) and coarse (~3 px) texture of each tissue class
 _TEXTURE = np.zeros((2, _NUM_TISSUES))
 _TEXTURE[0, [SOFT, FAT, MUSCLE, LUNG, LIVER, BONE, MYO, RV_WALL]] = [0.12, 0.08, 0.15, 0.6, 0.06, 0.3, 0.05, 0.05]
-_TEXTURE[1, [SOFT, FAT, MUSCLE, LUNG, LIVER, LV_BLOOD, RV_BLOOD, AORTA]] = (
-    [0.1, 0.08, 0.08, 0.5, 0.08, 0.05, 0.07, 0.05]
-)
+_TEXTURE[1, [SOFT, FAT, MUSCLE, LUNG, LIVER, LV_BLOOD, RV_BLOOD, AORTA]] = [
+    0.1,
+    0.08,
+    0.08,
+    0.5,
+    0.08,
+    0.05,
+    0.07,
+    0.05,
+]
 
 # per-group ranges: ED basal LV radius (mm), wall thickness (mm), ES/ED LV radius ratio,
 # RV crescent width (mm), ES/ED RV width ratio
@@ -115,9 +122,18 @@ def _sample_patient(rng: np.random.Generator, group: str, image_size: tuple[int,
     es_frame = int(rng.integers(8, 15))
     blood, myo = u(0.85, 1.0), u(0.17, 0.28)  # bSSFP: bright blood, dark myocardium
     levels = {
-        SOFT: u(0.3, 0.42), FAT: u(0.72, 0.95), MUSCLE: myo * u(1.0, 1.3), LUNG: u(0.02, 0.06), LIVER: u(0.3, 0.45),
-        BONE: u(0.12, 0.2), AORTA: blood * u(0.8, 1.0), RV_WALL: myo * u(0.95, 1.2), MYO: myo, LV_BLOOD: blood,
-        RV_BLOOD: blood * u(0.9, 1.05), PAPILLARY: myo * u(1.0, 1.2),
+        SOFT: u(0.3, 0.42),
+        FAT: u(0.72, 0.95),
+        MUSCLE: myo * u(1.0, 1.3),
+        LUNG: u(0.02, 0.06),
+        LIVER: u(0.3, 0.45),
+        BONE: u(0.12, 0.2),
+        AORTA: blood * u(0.8, 1.0),
+        RV_WALL: myo * u(0.95, 1.2),
+        MYO: myo,
+        LV_BLOOD: blood,
+        RV_BLOOD: blood * u(0.9, 1.05),
+        PAPILLARY: myo * u(1.0, 1.2),
     }
     intensity = np.zeros(_NUM_TISSUES)
     intensity[list(levels)] = list(levels.values())
@@ -159,10 +175,13 @@ def _sample_patient(rng: np.random.Generator, group: str, image_size: tuple[int,
         body_dx=u(-15, 15),
         fat_layer=u(5, 15),
         muscle_layer=u(6, 12),
-        lungs=((-u(48, 60), u(5, 20), u(34, 44), u(60, 75), u(-0.3, 0.3)),
-               (u(46, 58), u(15, 30), u(30, 40), u(55, 70), u(-0.3, 0.3))),
-        lung_shape=np.stack([np.stack([np.arange(1, 5), rng.normal(0, 0.06, 4), u(0, 2 * np.pi, 4)], axis=1)
-                             for _ in range(2)]),
+        lungs=(
+            (-u(48, 60), u(5, 20), u(34, 44), u(60, 75), u(-0.3, 0.3)),
+            (u(46, 58), u(15, 30), u(30, 40), u(55, 70), u(-0.3, 0.3)),
+        ),
+        lung_shape=np.stack(
+            [np.stack([np.arange(1, 5), rng.normal(0, 0.06, 4), u(0, 2 * np.pi, 4)], axis=1) for _ in range(2)]
+        ),
         liver=(-u(25, 45), u(55, 75), u(60, 80), u(40, 55), u(0.3, 0.6)),
         aorta=(u(10, 28), u(50, 62), u(9, 12)),
         spine=(u(-5, 10), u(82, 95), u(14, 18)),
@@ -189,7 +208,13 @@ def _gaussian_blur(image: np.ndarray, sigma: float) -> np.ndarray:
 
 
 def _ellipse(
-    x: np.ndarray, y: np.ndarray, cx: float, cy: float, ax: float, ay: float, angle: float = 0.0,
+    x: np.ndarray,
+    y: np.ndarray,
+    cx: float,
+    cy: float,
+    ax: float,
+    ay: float,
+    angle: float = 0.0,
     harmonics: np.ndarray | None = None,
 ) -> np.ndarray:
     """Normalised elliptic radius (< 1 inside) of an ellipse (centre, semi-axes, rotation), whose
@@ -218,7 +243,7 @@ def _heart_geometry(p: _Patient, s: float, phase: int, psi: np.ndarray) -> dict[
     r_lv = p.lv_radius * (1.0 + 0.08 * (1.0 - depth)) * taper * shape
     wall = p.wall * (1.0 - 0.3 * depth) * (1.0 + p.wall_var * np.cos(psi - p.wall_angle))
     if p.thin_angle is not None:
-        wall = wall * (1.0 - 0.45 * np.exp(-(_angle_diff(psi, p.thin_angle) / 0.5) ** 2))
+        wall = wall * (1.0 - 0.45 * np.exp(-((_angle_diff(psi, p.thin_angle) / 0.5) ** 2)))
     r_out = r_lv + wall
     rv = p.rv_width * np.sqrt(max(0.0, 1.0 - (depth / p.rv_extent) ** 2))
     if phase:
@@ -355,8 +380,15 @@ def synthesize_patient(
             image = _render(p, tissue, textures, bias, rng)
             frames[frame][0][..., k] = np.clip(np.round(image * p.gain), 0, np.iinfo(np.int16).max)
             frames[frame][1][..., k] = label
-    info = {"ED": 1, "ES": p.es_frame, "Group": p.group, "Height": p.height, "NbFrame": p.num_frames,
-            "Weight": p.weight, "spacing": (p.spacing, p.spacing, SLICE_THICKNESS_MM)}
+    info = {
+        "ED": 1,
+        "ES": p.es_frame,
+        "Group": p.group,
+        "Height": p.height,
+        "NbFrame": p.num_frames,
+        "Weight": p.weight,
+        "spacing": (p.spacing, p.spacing, SLICE_THICKNESS_MM),
+    }
     return info, frames
 
 
@@ -393,8 +425,11 @@ def generate_acdc_phantom(
     training = out_dir / "training"
     stale = sorted(p.name for p in training.glob("patient*") if p.name not in written) if training.is_dir() else []
     if stale:
-        logger.warning("%s already holds other patient folders (%s...), which the readers will list too.",
-                       training, ", ".join(stale[:3]))
+        logger.warning(
+            "%s already holds other patient folders (%s...), which the readers will list too.",
+            training,
+            ", ".join(stale[:3]),
+        )
     for i in range(num_patients):
         name = f"patient{i + 1:03d}"
         group = ACDC_GROUPS[i * len(ACDC_GROUPS) // num_patients]

@@ -153,6 +153,7 @@ class SliceDataset(Dataset):
     @staticmethod
     def _slice_volumes(volumes: Dataset, num_workers: int, progress: bool) -> list:
         """Run the volume transform on every volume (through the persistent cache when there is one)."""
+
         def show(results):
             return tqdm(results, total=len(volumes), desc="Slicing volumes") if progress and has_tqdm else results
 

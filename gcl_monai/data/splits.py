@@ -110,7 +110,7 @@ def split_patients(
         raise ValueError(f"Split counts {counts} (sum {sum(counts.values())}) exceed the {total} patients.")
     order = _patient_order(patients, _strata(datalist, patients, stratify_key), np.random.default_rng(seed))
     bounds = np.cumsum([0, counts["num_pretrain"], counts["num_val"], counts["num_test"]])
-    assignment = {p: "train" for p in order[bounds[-1]:]}
+    assignment = {p: "train" for p in order[bounds[-1] :]}
     for name, start, stop in zip(("pretrain", "val", "test"), bounds[:-1], bounds[1:]):
         assignment.update({p: name for p in order[start:stop]})
     split: dict[str, list[dict]] = {name: [] for name in SPLIT_NAMES}
@@ -131,7 +131,7 @@ def _draw_patients(num_patients: int, num_labeled: int, draw: int, seed: int) ->
     for i in range(draw + 1):
         round_index, j = divmod(i, per_round)
         perm = np.random.default_rng([seed, num_labeled, round_index]).permutation(num_patients)
-        subset = frozenset(int(k) for k in perm[j * num_labeled:(j + 1) * num_labeled])
+        subset = frozenset(int(k) for k in perm[j * num_labeled : (j + 1) * num_labeled])
         retry = np.random.default_rng([seed, num_labeled, round_index, j])
         while subset in seen and len(seen) < possible:
             subset = frozenset(int(k) for k in retry.choice(num_patients, num_labeled, replace=False))

@@ -88,9 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     summary.representation = representation_measures(trainer)
     if "probe_dice" in trainer.state.metrics:  # the bundle's probe handler (--probe_interval N) ran
         summary.representation["probe_dice"] = float(trainer.state.metrics["probe_dice"])
-    header = (
-        f"# Diagnosis: {args.config_file}\n\nOverrides: `{' '.join(extra) or 'none'}`\n\n{stopped}"
-    )
+    header = f"# Diagnosis: {args.config_file}\n\nOverrides: `{' '.join(extra) or 'none'}`\n\n{stopped}"
     report = write_diagnosis(output_dir, recorder.rows, summary, header=header)
     print(report.read_text())
     return 0

@@ -36,8 +36,16 @@ def comparison_table(folders: Sequence[str | Path], reference: str | Path | None
         FileNotFoundError: when a folder has no ``summary.json`` (the folder is named).
     """
     ref = _load(reference) if reference is not None else None
-    header = ["run", "iterations", "image-wise losses (chance)", "mean drop", "std/img", "cos/img", "GradMiti. change",
-              "verdict"]
+    header = [
+        "run",
+        "iterations",
+        "image-wise losses (chance)",
+        "mean drop",
+        "std/img",
+        "cos/img",
+        "GradMiti. change",
+        "verdict",
+    ]
     if ref is not None:
         header[4:4] = ["drop / ref."]
         header[6:6] = ["std / ref."]

@@ -82,8 +82,9 @@ class DiagnosisSummary:
                 f"identical); uniformity {r['uniformity/img']:.3f} (0: collapsed, lower: more spread).",
             ]
             if "probe_dice" in r:
-                lines.append(f"Probe Dice at the last evaluation (gcl_monai.probe, cross-validated): "
-                             f"{r['probe_dice']:.3f}.")
+                lines.append(
+                    f"Probe Dice at the last evaluation (gcl_monai.probe, cross-validated): {r['probe_dice']:.3f}."
+                )
         if self.pairs:
             lines += [
                 "",

@@ -44,9 +44,7 @@ def task_gradients(
         stacked = torch.stack(list(losses))
         eye = torch.eye(len(losses), dtype=stacked.dtype, device=stacked.device)
         grads = torch.autograd.grad(stacked, params, grad_outputs=eye, is_grads_batched=True, allow_unused=True)
-        return [
-            [torch.zeros_like(p) if g is None else g[m] for p, g in zip(params, grads)] for m in range(len(losses))
-        ]
+        return [[torch.zeros_like(p) if g is None else g[m] for p, g in zip(params, grads)] for m in range(len(losses))]
     last = len(losses) - 1
     return [
         [

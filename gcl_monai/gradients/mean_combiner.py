@@ -71,4 +71,3 @@ class MeanCombiner(GradientCombiner):
             ValueError: When ``state_dict["num_tasks"]`` differs from this instance.
         """
         self._check_num_tasks(state_dict)
-

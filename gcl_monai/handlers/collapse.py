@@ -65,8 +65,10 @@ class CollapseDetector:
     def __call__(self, engine: Engine) -> None:
         out = engine.state.output
         if "std/img" not in out:
-            raise KeyError("CollapseDetector reads 'std/img' from the pre-training output: attach a "
-                           "gcl_monai.handlers.EmbeddingSpread to the trainer.")
+            raise KeyError(
+                "CollapseDetector reads 'std/img' from the pre-training output: attach a "
+                "gcl_monai.handlers.EmbeddingSpread to the trainer."
+            )
         batch = len(engine.state.batch["image"])
         if getattr(engine, "gather_negatives", False):
             batch *= idist.get_world_size()

@@ -85,5 +85,8 @@ class ShrinkPerturb:
                 conv.weight.mul_(self.shrink).add_(fresh.weight.to(conv.weight), alpha=self.perturb)
         logger.info(
             "ShrinkPerturb: %d encoder convolution weights <- %g * loaded + %g * fresh initialisation (seed %d).",
-            len(self.convolutions), self.shrink, self.perturb, self.seed,
+            len(self.convolutions),
+            self.shrink,
+            self.perturb,
+            self.seed,
         )

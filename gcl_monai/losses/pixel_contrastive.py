@@ -173,8 +173,9 @@ class PixelContrastiveLoss(_Loss):
         order = torch.rand(num_rows, num_rows, device=pix.device) if self.max_positive_images is not None else None
         pair_sets = [self.pairs(num_rows // 2, y, pix.device, order) for y in labels]
         keys, inverse = torch.unique(torch.cat([p[:, 0] * num_rows + p[:, 1] for p in pair_sets]), return_inverse=True)
-        per_pair = self._per_pair_losses(u, z, torch.stack([keys // num_rows, keys % num_rows], 1), k, grad_filter
-                                         if filtering else None, jacobian)
+        per_pair = self._per_pair_losses(
+            u, z, torch.stack([keys // num_rows, keys % num_rows], 1), k, grad_filter if filtering else None, jacobian
+        )
         return [per_pair[idx].mean() for idx in inverse.split([len(p) for p in pair_sets])]
 
     def _per_pair_losses(

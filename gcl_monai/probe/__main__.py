@@ -70,15 +70,22 @@ def probe_command(
         settings=settings,
         groups=parser.get_parsed_content("probe#groups"),
     )
-    result = {"encoder": encoder, "encoder_seed": encoder_seed if encoder == "random" else None,
-              "config_file": config_file, "overrides": {k: str(v) for k, v in override.items()}, **result}
+    result = {
+        "encoder": encoder,
+        "encoder_seed": encoder_seed if encoder == "random" else None,
+        "config_file": config_file,
+        "overrides": {k: str(v) for k, v in override.items()},
+        **result,
+    }
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "probe.json.tmp"
     tmp.write_text(json.dumps(result, indent=1))
     os.replace(tmp, out / "probe.json")
-    print(f"probe Dice ({result['settings']['mode']}, {result['num_volumes']} volumes): {result['dice']:.4f} "
-          + " ".join(f"{k} {v:.3f}" for k, v in result["dice_per_class"].items()))
+    print(
+        f"probe Dice ({result['settings']['mode']}, {result['num_volumes']} volumes): {result['dice']:.4f} "
+        + " ".join(f"{k} {v:.3f}" for k, v in result["dice_per_class"].items())
+    )
     return result
 
 

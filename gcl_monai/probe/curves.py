@@ -36,8 +36,9 @@ def read_history(run: str | Path) -> dict[int, float]:
     return {int(h["epoch"]): float(h["dice"]) for h in map(json.loads, path.read_text().splitlines())}
 
 
-def write_curves(runs: Sequence[str | Path], output_dir: str | Path,
-                 references: Mapping[str, float] | None = None) -> Path:
+def write_curves(
+    runs: Sequence[str | Path], output_dir: str | Path, references: Mapping[str, float] | None = None
+) -> Path:
     """``curves.csv`` (run, method, epoch, dice), ``curves.md`` (Dice per epoch, each run and each method's mean)
     and ``curves.png`` (when matplotlib is installed) in ``output_dir``; ``references`` are horizontal lines
     (e.g. the random encoder's and the control's probe Dice). Returns the Markdown's path."""
@@ -54,8 +55,12 @@ def write_curves(runs: Sequence[str | Path], output_dir: str | Path,
     for name, h in histories.items():
         methods.setdefault(method_of(name), []).append(h)
     header = "| run | " + " | ".join(f"epoch {e}" for e in epochs) + " |"
-    lines = ["Probe Dice (cross-validated over the training patients) against pre-training epoch.", "", header,
-             "|---|" + "---|" * len(epochs)]
+    lines = [
+        "Probe Dice (cross-validated over the training patients) against pre-training epoch.",
+        "",
+        header,
+        "|---|" + "---|" * len(epochs),
+    ]
     for name, h in histories.items():
         lines.append(f"| {name} | " + " | ".join(f"{h[e]:.3f}" if e in h else "–" for e in epochs) + " |")
     for method, hs in methods.items():
@@ -94,8 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gcl_monai.probe.curves", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="pre-training folders holding probe_history.jsonl")
     parser.add_argument("--output_dir", required=True, type=Path)
-    parser.add_argument("--reference", nargs="*", default=[], metavar="NAME=PROBE_JSON",
-                        help="a probe.json drawn as a horizontal line (e.g. random=probe/random/probe.json)")
+    parser.add_argument(
+        "--reference",
+        nargs="*",
+        default=[],
+        metavar="NAME=PROBE_JSON",
+        help="a probe.json drawn as a horizontal line (e.g. random=probe/random/probe.json)",
+    )
     args = parser.parse_args(argv)
     references = {}
     for item in args.reference:

@@ -43,8 +43,9 @@ def load_probe_volumes(datalist: Sequence[dict], transform: Callable, slice_axis
     return volumes
 
 
-def patient_folds(volumes: Sequence[ProbeVolume], folds: int, seed: int = 0,
-                  groups: dict[str, str] | None = None) -> list[list[str]]:
+def patient_folds(
+    volumes: Sequence[ProbeVolume], folds: int, seed: int = 0, groups: dict[str, str] | None = None
+) -> list[list[str]]:
     """
     ``folds`` disjoint groups of the volumes' patients for cross-validation: a seeded permutation, ordered by
     ``groups`` (e.g. ACDC's pathology) when given, then dealt round-robin, so each fold holds every group in

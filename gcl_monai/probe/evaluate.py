@@ -119,10 +119,22 @@ def evaluate_encoder(
         fit = [v for p in fit_ids for v in by_patient[p]]
         fold_scores = _one_split(encoder, fit, score_volumes, num_classes, settings)
         scores += fold_scores
-        folds.append({"fit_patients": fit_ids, "scored_patients": sorted({v.patient for v in score_volumes}),
-                      **summarise(fold_scores, class_names)})
-        logger.info("Probe %d/%d: fitted on %d patients, %d volumes scored, Dice %.4f (%.0f s so far).", len(folds),
-                    len(splits), len(fit_ids), len(score_volumes), folds[-1]["dice"], time.time() - start)
+        folds.append(
+            {
+                "fit_patients": fit_ids,
+                "scored_patients": sorted({v.patient for v in score_volumes}),
+                **summarise(fold_scores, class_names),
+            }
+        )
+        logger.info(
+            "Probe %d/%d: fitted on %d patients, %d volumes scored, Dice %.4f (%.0f s so far).",
+            len(folds),
+            len(splits),
+            len(fit_ids),
+            len(score_volumes),
+            folds[-1]["dice"],
+            time.time() - start,
+        )
     return {
         **summarise(scores, class_names),
         "volumes": scores,

@@ -50,8 +50,9 @@ class FrozenEncoder(nn.Module):
         in_channels: int = 1,
     ):
         super().__init__()
-        unet = BasicUNet(spatial_dims=spatial_dims, in_channels=in_channels, out_channels=1, features=features,
-                         norm=norm)
+        unet = BasicUNet(
+            spatial_dims=spatial_dims, in_channels=in_channels, out_channels=1, features=features, norm=norm
+        )
         self.levels = nn.ModuleList([unet.conv_0, unet.down_1, unet.down_2, unet.down_3, unet.down_4])
         self.grid = tuple(int(g) for g in grid)
         self.requires_grad_(False)

@@ -84,14 +84,18 @@ class ProbeHandler:
         state = {k: v.detach().cpu() for k, v in self.network.encoder_state_dict().items()}
         with torch.random.fork_rng(devices=[]):
             encoder = FrozenEncoder(self.features, self.norm, self.settings.grid).load_encoder(state, "the network")
-        result = evaluate_encoder(encoder, self.volumes, self.num_classes, self.class_names,
-                                  settings=self.settings, groups=self.groups)
+        result = evaluate_encoder(
+            encoder, self.volumes, self.num_classes, self.class_names, settings=self.settings, groups=self.groups
+        )
         engine.state.metrics["probe_dice"] = result["dice"]
         for name, value in result["dice_per_class"].items():
             engine.state.metrics[f"probe_dice/{name}"] = value
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        line = {"epoch": engine.state.epoch, "iteration": engine.state.iteration,
-                **{k: result[k] for k in ("dice", "dice_per_class", "num_volumes", "seconds")}}
+        line = {
+            "epoch": engine.state.epoch,
+            "iteration": engine.state.iteration,
+            **{k: result[k] for k in ("dice", "dice_per_class", "num_volumes", "seconds")},
+        }
         with open(self.output_dir / "probe_history.jsonl", "a") as f:
             f.write(json.dumps(line) + "\n")
         logger.info("Epoch %d: probe Dice %.4f (%.0f s).", engine.state.epoch, result["dice"], result["seconds"])

@@ -97,9 +97,7 @@ def fit_probe(
     if absent:
         names = ", ".join(sorted({v.patient for v in volumes}))
         raise ValueError(f"the probe's fit patients ({names}) have no pixel of class {absent}.")
-    probe = make_pipeline(
-        StandardScaler(), LogisticRegression(C=regularization, max_iter=max_iter, tol=1e-4)
-    )
+    probe = make_pipeline(StandardScaler(), LogisticRegression(C=regularization, max_iter=max_iter, tol=1e-4))
     return probe.fit(x, y)
 
 
@@ -139,10 +137,12 @@ def score_probe(
         truth = F.one_hot(volume.label.long(), num_classes).permute(3, 0, 1, 2)[None].float()
         dice = compute_dice(one_hot, truth, include_background=False, ignore_empty=True)[0].tolist()
         present = [d for d in dice if np.isfinite(d)]
-        results.append({
-            "patient": volume.patient,
-            "name": volume.name,
-            "dice_per_class": dice,
-            "dice": float(np.mean(present)) if present else float("nan"),
-        })
+        results.append(
+            {
+                "patient": volume.patient,
+                "name": volume.name,
+                "dice_per_class": dice,
+                "dice": float(np.mean(present)) if present else float("nan"),
+            }
+        )
     return results

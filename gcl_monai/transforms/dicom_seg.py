@@ -20,8 +20,16 @@ __all__ = ["SaveDicomSegd", "label_map_on_source", "write_dicom_seg"]
 
 #: Type 2 attributes of the patient and study modules that highdicom copies from the source; absent ones are written
 #: empty (the standard's value for "unknown").
-_TYPE2_EMPTY = ("PatientName", "PatientBirthDate", "PatientSex", "StudyDate", "StudyTime", "ReferringPhysicianName",
-                "AccessionNumber", "StudyID")
+_TYPE2_EMPTY = (
+    "PatientName",
+    "PatientBirthDate",
+    "PatientSex",
+    "StudyDate",
+    "StudyTime",
+    "ReferringPhysicianName",
+    "AccessionNumber",
+    "StudyID",
+)
 _LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0])
 
 
@@ -56,21 +64,30 @@ def label_map_on_source(label: torch.Tensor | np.ndarray, affine: np.ndarray, da
         o = np.asarray(ds.ImageOrientationPatient, dtype=float)
         dr, dc = (float(v) for v in ds.PixelSpacing)
         rows, cols = np.meshgrid(np.arange(ds.Rows), np.arange(ds.Columns), indexing="ij")
-        lps = (np.asarray(ds.ImagePositionPatient, dtype=float)[:, None, None] + o[:3, None, None] * dc * cols
-               + o[3:, None, None] * dr * rows)
+        lps = (
+            np.asarray(ds.ImagePositionPatient, dtype=float)[:, None, None]
+            + o[:3, None, None] * dc * cols
+            + o[3:, None, None] * dr * rows
+        )
         ras = np.tensordot(_LPS_TO_RAS, lps, axes=1)
         ijk = np.tensordot(to_voxel[:3, :3], ras, axes=1) + to_voxel[:3, 3, None, None]
         index = np.rint(ijk).astype(int)
         if (index < 0).any() or any((index[a] >= array.shape[a]).any() for a in range(3)):
-            raise ValueError(f"SOP instance {ds.SOPInstanceUID}: its pixels fall outside the label map "
-                             f"{array.shape} (the label map is not in the source geometry).")
+            raise ValueError(
+                f"SOP instance {ds.SOPInstanceUID}: its pixels fall outside the label map "
+                f"{array.shape} (the label map is not in the source geometry)."
+            )
         out.append(array[index[0], index[1], index[2]])
     return np.stack(out).astype(np.uint8)
 
 
 def write_dicom_seg(
-    label: MetaTensor, source_files: Sequence[str | Path], output_path: str | Path, class_names: Sequence[str],
-    series_number: int = 900, algorithm: str = "GCL BasicUNet",
+    label: MetaTensor,
+    source_files: Sequence[str | Path],
+    output_path: str | Path,
+    class_names: Sequence[str],
+    series_number: int = 900,
+    algorithm: str = "GCL BasicUNet",
 ) -> Path:
     """Write a label map as a DICOM SEG (binary segments, highdicom) referencing its source slices.
 
@@ -104,8 +121,11 @@ def write_dicom_seg(
     )
     segments = [
         hd.seg.SegmentDescription(
-            segment_number=number, segment_label=str(name), segmented_property_category=codes.SCT.Tissue,
-            segmented_property_type=codes.SCT.Tissue, algorithm_type=hd.seg.SegmentAlgorithmTypeValues.AUTOMATIC,
+            segment_number=number,
+            segment_label=str(name),
+            segmented_property_category=codes.SCT.Tissue,
+            segmented_property_type=codes.SCT.Tissue,
+            algorithm_type=hd.seg.SegmentAlgorithmTypeValues.AUTOMATIC,
             algorithm_identification=algorithm_id,
         )
         for number, name in enumerate(class_names, start=1)
@@ -156,7 +176,11 @@ class SaveDicomSegd(MapTransform):
     """
 
     def __init__(
-        self, keys: KeysCollection, output_dir: str | Path, class_names: Sequence[str], output_postfix: str = "seg",
+        self,
+        keys: KeysCollection,
+        output_dir: str | Path,
+        class_names: Sequence[str],
+        output_postfix: str = "seg",
         allow_missing_keys: bool = False,
     ):
         super().__init__(keys, allow_missing_keys)
@@ -179,7 +203,8 @@ class SaveDicomSegd(MapTransform):
             if source is None or not source.is_dir():
                 continue
             files = sorted(str(p) for p in source.iterdir() if p.is_file())
-            path = write_dicom_seg(d[key], files, self.output_dir / f"{source.name}_{self.output_postfix}.dcm",
-                                   self.class_names)
+            path = write_dicom_seg(
+                d[key], files, self.output_dir / f"{source.name}_{self.output_postfix}.dcm", self.class_names
+            )
             logger.info("%s: DICOM SEG written to %s.", source, path)
         return d

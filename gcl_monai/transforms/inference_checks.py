@@ -113,7 +113,10 @@ class RepairNonFinited(MapTransform):
             fill = torch.as_tensor(image)[finite].min()
             logger.warning(
                 "%s: %d of %d voxels are NaN or infinite; set to the lowest finite intensity %s.",
-                _source(image), bad, finite.numel(), float(fill),
+                _source(image),
+                bad,
+                finite.numel(),
+                float(fill),
             )
             d[key] = torch.where(finite, image, fill)
         return d

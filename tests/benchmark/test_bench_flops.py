@@ -9,8 +9,14 @@ from benchmarks.bench_pretrain_iteration import count_flops
 
 
 def _args(**overrides):
-    args = argparse.Namespace(batch_size=2, image_size=32, features=[4, 4, 4, 4, 8, 4], norm="batch",
-                              max_positive_images=4, grad_filter_block_elements=None)
+    args = argparse.Namespace(
+        batch_size=2,
+        image_size=32,
+        features=[4, 4, 4, 4, 8, 4],
+        norm="batch",
+        max_positive_images=4,
+        grad_filter_block_elements=None,
+    )
     for key, value in overrides.items():
         setattr(args, key, value)
     return args
@@ -26,10 +32,15 @@ def test_grad_filter_flops_equal_a_hand_count_of_its_products():
     c = hidden = args.features[4]  # the last layer's channels; the pixel head's hidden width is the same
     d = 128  # the pixel embedding
     jacobian = 2 * n_img * hw * (d * hidden + c * hidden + 9 * c)  # W_2^T u, the hidden ReLU mask, ||x_patch||
-    magnitudes = 2 * pairs * hw * (
-        hw * d  # the softmax-weighted negatives' mean, for u . ubar^-
-        + hw * hidden  # W_2^T ubar^-
-        + k * hidden * c  # s * W_1^T (r * (W_2^T u^+ - W_2^T ubar^- - d W_2^T u)) of every positive
+    magnitudes = (
+        2
+        * pairs
+        * hw
+        * (
+            hw * d  # the softmax-weighted negatives' mean, for u . ubar^-
+            + hw * hidden  # W_2^T ubar^-
+            + k * hidden * c  # s * W_1^T (r * (W_2^T u^+ - W_2^T ubar^- - d W_2^T u)) of every positive
+        )
     )
     assert result["grad_filter_flops"] == jacobian + magnitudes
     assert 0.0 < result["grad_filter_flop_share"] < 1.0

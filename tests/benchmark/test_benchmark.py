@@ -83,7 +83,8 @@ def test_methods_without_own_pretraining():
     with pytest.raises(UnsupportedMethod):
         METHODS["meta_state"].pretrain_overrides(["patient_id", "slice_quantile"])
     assert METHODS["gcl"].pretrain_overrides(["patient_id", "slice_quantile"])["meta_labels"] == [
-        "patient_id", "slice_quantile"
+        "patient_id",
+        "slice_quantile",
     ]
 
 
@@ -96,7 +97,12 @@ def test_presets():
     assert ablation.methods == PRETRAINING_METHODS and ablation.pretrain == mini.pretrain
     assert paper.num_labeled == (1, 2, 8) and paper.repeats == 5
     assert paper.pretrain == {
-        "batch_size": 48, "optimizer_name": "sgd", "lr": 0.1, "epochs": 300, "temperature": 0.1, "topk_ratio": 0.3,
+        "batch_size": 48,
+        "optimizer_name": "sgd",
+        "lr": 0.1,
+        "epochs": 300,
+        "temperature": 0.1,
+        "topk_ratio": 0.3,
         "beta": 0.01,
     }
     assert paper.finetune == {"batch_size": 5, "lr": 1e-4, "epochs": 300, "iterations_per_epoch": None}
@@ -126,8 +132,9 @@ def test_evaluation_builds_what_the_training_built(tmp_path):
     norm = ["instance", {"affine": True}]
     finetune = {**PRESETS["cpu-mini"].finetune, "norm": norm, "fov_shape": "square", "lr": 0.01}
     preset = PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=1, finetune=finetune)
-    experiment = Experiment("e", "acdc", preset, data_root=Path("data"), results_dir=tmp_path,
-                            test_root=tmp_path / "ext")
+    experiment = Experiment(
+        "e", "acdc", preset, data_root=Path("data"), results_dir=tmp_path, test_root=tmp_path / "ext"
+    )
     (cell,) = plan_cells(experiment)[1]
     for evaluate in cell.eval_overrides.values():
         assert evaluate["norm"] == norm and evaluate["fov_shape"] == "square"
@@ -141,8 +148,9 @@ def test_evaluation_builds_what_the_training_built(tmp_path):
         evaluate = cell_in_grid.eval_overrides[test_set]
         assert evaluate["dice_grid"] == "input" and evaluate["test_split"] == split and evaluate["norm"] == norm
         assert cell_in_grid.dice_file(test_set) == cell.folder / test_set / "dice.json"
-    workflow = ConfigWorkflow(config_file=str(cell.bundle / "configs" / "evaluate.json"), workflow_type=None,
-                              **cell.eval_overrides["test"])
+    workflow = ConfigWorkflow(
+        config_file=str(cell.bundle / "configs" / "evaluate.json"), workflow_type=None, **cell.eval_overrides["test"]
+    )
     network = workflow.parser.get_parsed_content("network_def", instantiate=True)
     assert any(isinstance(m, torch.nn.InstanceNorm2d) for m in network.modules())
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in network.modules())
@@ -182,8 +190,16 @@ def test_plan_is_paired_and_shares_pretraining(tmp_path):
 
 def test_table3_plan_semi_supervised_and_fully_supervised_cells(tmp_path):
     preset = PRESETS["cpu-semi"].replace(repeats=2)
-    assert preset.methods == ("random", "vat", "mean_teacher", "mixup", "gcl", "gcl_mixup", "gcl_mean_teacher",
-                              "fully_supervised")
+    assert preset.methods == (
+        "random",
+        "vat",
+        "mean_teacher",
+        "mixup",
+        "gcl",
+        "gcl_mixup",
+        "gcl_mean_teacher",
+        "fully_supervised",
+    )
     pretrain, finetune = plan_cells(Experiment("t3", "acdc", preset, data_root=Path("data"), results_dir=tmp_path))
     assert [c.method for c in pretrain] == ["gcl"]  # GCL + Mixup and GCL + M.T. fine-tune the GCL encoder
     by_method = {}
@@ -192,8 +208,16 @@ def test_table3_plan_semi_supervised_and_fully_supervised_cells(tmp_path):
     expected = {**{m: 2 * 2 for m in preset.methods[:-1]}, "fully_supervised": 2}
     assert {m: len(c) for m, c in by_method.items()} == expected
     semi = {m: by_method[m][0].train_overrides.get("semi_supervised") for m in preset.methods}
-    assert semi == {"random": None, "vat": "vat", "mean_teacher": "mean_teacher", "mixup": "mixup", "gcl": None,
-                    "gcl_mixup": "mixup", "gcl_mean_teacher": "mean_teacher", "fully_supervised": None}
+    assert semi == {
+        "random": None,
+        "vat": "vat",
+        "mean_teacher": "mean_teacher",
+        "mixup": "mixup",
+        "gcl": None,
+        "gcl_mixup": "mixup",
+        "gcl_mean_teacher": "mean_teacher",
+        "fully_supervised": None,
+    }
     mixed = by_method["gcl_mixup"][0]
     assert mixed.pretrain is pretrain[0] and mixed.train_overrides["init"] == "gcl"
     full = by_method["fully_supervised"]
@@ -295,8 +319,25 @@ def test_plan_out_of_distribution_and_external_test(tmp_path):
 
 
 def test_cli_dry_run(capsys, tmp_path):
-    assert main(["--data", "acdc", "--dry-run", "--results-dir", str(tmp_path), "--pretrain-epochs", "3",
-                 "--methods", "random", "simclr", "--finetune-set", "lr=0.0005"]) == 0
+    assert (
+        main(
+            [
+                "--data",
+                "acdc",
+                "--dry-run",
+                "--results-dir",
+                str(tmp_path),
+                "--pretrain-epochs",
+                "3",
+                "--methods",
+                "random",
+                "simclr",
+                "--finetune-set",
+                "lr=0.0005",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "preset cpu-mini+custom" in out and "pretrain epochs: 3 (paper: 300)" in out
     assert "finetune simclr_L2_d3_s3" in out and "'lr': 0.0005" in out
@@ -324,27 +365,46 @@ def test_paired_difference_by_hand():
 
 def _row(method, num_labeled, draw, dice, status="ok", test_set="test"):
     return {
-        "dataset": "acdc", "pretrain_dataset": "acdc", "method": method, "num_labeled": num_labeled, "repeat": draw,
-        "draw": draw, "seed": 0, "test_set": test_set, "dice": dice, "dice_rv": dice, "status": status,
+        "dataset": "acdc",
+        "pretrain_dataset": "acdc",
+        "method": method,
+        "num_labeled": num_labeled,
+        "repeat": draw,
+        "draw": draw,
+        "seed": 0,
+        "test_set": test_set,
+        "dice": dice,
+        "dice_rv": dice,
+        "status": status,
         "num_test_volumes": 40,
     }
 
 
 def _plan(methods=("random", "simclr", "gcl")):
     return {
-        "name": "hand", "data": "acdc", "pretrain_data": "acdc", "methods": list(methods),
+        "name": "hand",
+        "data": "acdc",
+        "pretrain_data": "acdc",
+        "methods": list(methods),
         "labels": {m: METHODS[m].label for m in methods},
         "preset": {"name": "cpu-mini", "num_labeled": [1, 2], "repeats": 3, "seeds_per_draw": 1},
-        "cuts": ["pretrain epochs: 20 (paper: 300)"], "pretrain": {},
+        "cuts": ["pretrain epochs: 20 (paper: 300)"],
+        "pretrain": {},
     }
 
 
 def test_report_from_hand_written_csv(tmp_path):
     rows = [
-        _row("random", 1, 0, 0.4), _row("random", 1, 1, 0.5), _row("random", 1, 2, 0.6),
-        _row("simclr", 1, 0, 0.5), _row("simclr", 1, 1, 0.5), _row("simclr", 1, 2, 0.8),
-        _row("random", 2, 0, 0.7), _row("random", 2, 1, 0.6),
-        _row("simclr", 2, 0, 0.9), _row("simclr", 2, 1, math.nan, status="failed"),
+        _row("random", 1, 0, 0.4),
+        _row("random", 1, 1, 0.5),
+        _row("random", 1, 2, 0.6),
+        _row("simclr", 1, 0, 0.5),
+        _row("simclr", 1, 1, 0.5),
+        _row("simclr", 1, 2, 0.8),
+        _row("random", 2, 0, 0.7),
+        _row("random", 2, 1, 0.6),
+        _row("simclr", 2, 0, 0.9),
+        _row("simclr", 2, 1, math.nan, status="failed"),
     ]
     rows += [_row("gcl", n, d, math.nan, status="collapsed") for n in (1, 2) for d in range(3)]
     with (tmp_path / "results.csv").open("w", newline="") as f:
@@ -373,8 +433,9 @@ def test_validation_rows_hold_the_last_validation_dice(tmp_path, monkeypatch):
     """Each trained cell gets a ``val`` row: the trainer's last ``val_mean_dice`` (not its best), no class columns."""
     from torch.utils.tensorboard import SummaryWriter
 
-    experiment = Experiment("v", "demo", PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=2),
-                            results_dir=tmp_path)
+    experiment = Experiment(
+        "v", "demo", PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=2), results_dir=tmp_path
+    )
     logged, silent = plan_cells(experiment)[1]
     experiment.folder.mkdir(parents=True)
     experiment.split_file("demo").write_text(json.dumps({"val": [{"image": "a"}, {"image": "b"}, {"image": "c"}]}))
@@ -447,8 +508,14 @@ def test_pretraining_summary_marks_an_image_branch_at_chance(tmp_path):
     assert sorted(curves) == sorted(runs)
     # an exported encoder whose deepest convolution has rank 1 (16 outputs, 8 x 3 x 3 inputs)
     collapsed = torch.outer(torch.ones(16), torch.arange(72.0)).reshape(16, 8, 3, 3)
-    torch.save({"down_1.conv.weight": torch.randn(16, 8, 3, 3), "down_4.conv.weight": collapsed,
-                "down_4.conv.bias": torch.ones(16)}, tmp_path / "pretrain" / "gcl" / "encoder.pt")
+    torch.save(
+        {
+            "down_1.conv.weight": torch.randn(16, 8, 3, 3),
+            "down_4.conv.weight": collapsed,
+            "down_4.conv.bias": torch.ones(16),
+        },
+        tmp_path / "pretrain" / "gcl" / "encoder.pt",
+    )
     ranks = read_encoder_ranks(tmp_path, plan)
     assert list(ranks) == ["gcl"] and ranks["gcl"][0] == pytest.approx(1.0) and ranks["gcl"][1] == 16
     rows = {
@@ -465,8 +532,9 @@ def test_pretraining_summary_marks_an_image_branch_at_chance(tmp_path):
 
 
 def test_collapse_is_reported_and_never_fine_tuned(tmp_path, monkeypatch):
-    experiment = Experiment("c", "demo", PRESETS["cpu-mini"].replace(methods=("simclr",), num_labeled=(1,), repeats=1),
-                            results_dir=tmp_path)
+    experiment = Experiment(
+        "c", "demo", PRESETS["cpu-mini"].replace(methods=("simclr",), num_labeled=(1,), repeats=1), results_dir=tmp_path
+    )
     pretrain, finetune = plan_cells(experiment)
 
     def collapse(*args, **kwargs):
@@ -486,8 +554,9 @@ def test_collapse_is_reported_and_never_fine_tuned(tmp_path, monkeypatch):
 
 def test_interrupted_finetuning_is_retrained_not_evaluated(tmp_path, monkeypatch):
     """A ``model.pt`` left by a killed fine-tuning is a partly trained model: the rerun trains again."""
-    experiment = Experiment("f", "demo", PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=1),
-                            results_dir=tmp_path)
+    experiment = Experiment(
+        "f", "demo", PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=1), results_dir=tmp_path
+    )
     (cell,) = plan_cells(experiment)[1]
     calls = []
     monkeypatch.setattr(cells, "run_bundle", lambda bundle, config, workflow, overrides: calls.append(config))
@@ -522,8 +591,17 @@ def test_run_settings_are_the_bundles_literals_under_the_overrides(tmp_path):
 
     bundle = Experiment("s", "demo", PRESETS["cpu-mini"], results_dir=tmp_path).bundle("demo")
     train = json.loads((bundle / "configs" / "train.json").read_text())
-    settings = run_settings(bundle, "train", {"lr": 0.5, "features": (8, 8, 8, 8, 8, 8), "work_dir": "/x",
-                                              "device": "$torch.device('cpu')", "output_dir": "/y"})
+    settings = run_settings(
+        bundle,
+        "train",
+        {
+            "lr": 0.5,
+            "features": (8, 8, 8, 8, 8, 8),
+            "work_dir": "/x",
+            "device": "$torch.device('cpu')",
+            "output_dir": "/y",
+        },
+    )
     assert settings["shrink_perturb"] == train["shrink_perturb"] is False  # a default of the bundle, not overridden
     assert settings["lr"] == 0.5 and settings["features"] == [8] * 6  # the overrides win; tuples compare as lists
     assert "labeled" not in settings and "network" not in settings  # expressions and components are not settings
@@ -541,8 +619,12 @@ def _finished_cell(cell, dice, settings=None):
 def test_cells_run_with_other_settings_are_refused_not_taken_as_done(tmp_path):
     from gcl_monai.benchmark.settings import cell_settings
 
-    experiment = Experiment("r", "demo", PRESETS["cpu-mini"].replace(methods=("random", "simclr"), num_labeled=(1,),
-                                                                      repeats=3), results_dir=tmp_path)
+    experiment = Experiment(
+        "r",
+        "demo",
+        PRESETS["cpu-mini"].replace(methods=("random", "simclr"), num_labeled=(1,), repeats=3),
+        results_dir=tmp_path,
+    )
     (pretrain,), finetune = plan_cells(experiment)
     same, earlier_default, unrecorded, simclr_cells = finetune[0], finetune[1], finetune[2], finetune[3:]
     _finished_cell(same, 0.5, cell_settings(same))
@@ -560,8 +642,9 @@ def test_cells_run_with_other_settings_are_refused_not_taken_as_done(tmp_path):
     # one that loaded an encoder pre-trained with other settings than today's pre-training is stale too
     _finished_cell(simclr_cells[1], 0.5, cell_settings(simclr_cells[1]))
     stale_encoder = {**cell_settings(pretrain), "temperature": 0.5}
-    cells.write_status(simclr_cells[1].folder, {**cells.read_status(simclr_cells[1].folder),
-                                                "pretrain_settings": stale_encoder})
+    cells.write_status(
+        simclr_cells[1].folder, {**cells.read_status(simclr_cells[1].folder), "pretrain_settings": stale_encoder}
+    )
     with pytest.raises(ValueError, match=r"simclr_L1_d1_s1 .*its pre-training's temperature was 0.5, now 0.1"):
         plan.check_cell_settings(finetune)
     shutil.rmtree(simclr_cells[1].folder)
@@ -581,8 +664,9 @@ def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_pa
         recorded_changes,
     )
 
-    experiment = Experiment("a", "demo", PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=2),
-                            results_dir=tmp_path)
+    experiment = Experiment(
+        "a", "demo", PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=2), results_dir=tmp_path
+    )
     older, other_pool = plan_cells(experiment)[1]
     ours = cell_settings(older)
     assert ours["labeled_pool"] == ADDED_LATER["labeled_pool"] == "train"
@@ -606,14 +690,16 @@ def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_pa
     assert sorted(changed_settings({k: v for k, v in before.items() if k not in later}, ours)) == sorted(later)
     assert changed_settings(before, {**ours, "keep_largest_component": False}) == ["keep_largest_component"]
     # pre-training's float32 matrix-product precision came later: a pre-training record without it ran torch's default
-    gcl = Experiment("g", "demo", PRESETS["cpu-mini"].replace(methods=("gcl",), num_labeled=(1,), repeats=1),
-                     results_dir=tmp_path)
+    gcl = Experiment(
+        "g", "demo", PRESETS["cpu-mini"].replace(methods=("gcl",), num_labeled=(1,), repeats=1), results_dir=tmp_path
+    )
     gcl_pretrain = cell_settings(plan_cells(gcl)[0][0])
     assert gcl_pretrain["float32_matmul_precision"] == ADDED_LATER["float32_matmul_precision"] == "highest"
     without_precision = {k: v for k, v in gcl_pretrain.items() if k != "float32_matmul_precision"}
     assert changed_settings(without_precision, gcl_pretrain) == []
     assert changed_settings(without_precision, {**gcl_pretrain, "float32_matmul_precision": "medium"}) == [
-        "float32_matmul_precision"]
+        "float32_matmul_precision"
+    ]
     _finished_cell(older, 0.5, before)
     _finished_cell(other_pool, 0.5, {**ours, "labeled_pool": "train+pretrain"})
     with pytest.raises(ValueError, match=r"random_L1_d1_s1 .*labeled_pool was 'train\+pretrain', now 'train'"):
@@ -622,15 +708,17 @@ def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_pa
     assert plan.check_cell_settings([older, other_pool]) == 0
     # a record without the switch is reported at its old value, not as absent
     moved = dataclasses.replace(older, train_overrides={**older.train_overrides, "labeled_pool": "train+pretrain"})
-    assert recorded_changes({SETTINGS_KEY: before}, moved) == {SETTINGS_KEY: [("labeled_pool", "train",
-                                                                               "train+pretrain")]}
+    assert recorded_changes({SETTINGS_KEY: before}, moved) == {
+        SETTINGS_KEY: [("labeled_pool", "train", "train+pretrain")]
+    }
 
 
 def test_runs_record_their_settings(tmp_path, monkeypatch):
     from gcl_monai.benchmark.settings import cell_settings
 
-    experiment = Experiment("w", "demo", PRESETS["cpu-mini"].replace(methods=("simclr",), num_labeled=(1,), repeats=1),
-                            results_dir=tmp_path)
+    experiment = Experiment(
+        "w", "demo", PRESETS["cpu-mini"].replace(methods=("simclr",), num_labeled=(1,), repeats=1), results_dir=tmp_path
+    )
     (pretrain,), (finetune,) = plan_cells(experiment)
     seen = {}
 
@@ -655,8 +743,9 @@ def test_results_and_table_hold_every_run_of_the_folder(tmp_path, monkeypatch):
     from gcl_monai.benchmark.settings import cell_settings
 
     def fake_finetune(cell):
-        _finished_cell(cell, 0.1 * (cell.draw + 1) + (0.3 if cell.method == "fully_supervised" else 0.0),
-                       cell_settings(cell))
+        _finished_cell(
+            cell, 0.1 * (cell.draw + 1) + (0.3 if cell.method == "fully_supervised" else 0.0), cell_settings(cell)
+        )
         return "finished"
 
     monkeypatch.setattr(cells, "run_finetune", fake_finetune)
@@ -669,18 +758,25 @@ def test_results_and_table_hold_every_run_of_the_folder(tmp_path, monkeypatch):
     stored = json.loads((tmp_path / "u" / "plan.json").read_text())
     assert stored["methods"] == ["random", "fully_supervised"] and stored["preset"]["num_labeled"] == [1, 2]
     assert stored["preset"]["repeats"] == 2
-    tested = [(r["method"], r["num_labeled"], r["draw"], r["dice"]) for r in read_results(csv_path)
-              if r["test_set"] == "test"]
-    assert tested == [("random", 1, 0, pytest.approx(0.1)), ("random", 1, 1, pytest.approx(0.2)),
-                      ("fully_supervised", ALL_LABELLED, 0, pytest.approx(0.4))]
+    tested = [
+        (r["method"], r["num_labeled"], r["draw"], r["dice"]) for r in read_results(csv_path) if r["test_set"] == "test"
+    ]
+    assert tested == [
+        ("random", 1, 0, pytest.approx(0.1)),
+        ("random", 1, 1, pytest.approx(0.2)),
+        ("fully_supervised", ALL_LABELLED, 0, pytest.approx(0.4)),
+    ]
     table = (tmp_path / "u" / "table.md").read_text().splitlines()
     assert "| Random Init. | 0.150 ± 0.071 | – | – |" in table
     assert "| Fully Superv. | – | – | 0.400 (n=1 of 2) |" in table
 
 
 def test_report_command_pairs_with_chosen_baselines(tmp_path, capsys):
-    rows = [_row(m, 1, d, v) for m, values in (("random", (0.4, 0.5, 0.6)), ("simclr", (0.5, 0.5, 0.8)),
-                                             ("gcl", (0.6, 0.6, 0.9))) for d, v in enumerate(values)]
+    rows = [
+        _row(m, 1, d, v)
+        for m, values in (("random", (0.4, 0.5, 0.6)), ("simclr", (0.5, 0.5, 0.8)), ("gcl", (0.6, 0.6, 0.9)))
+        for d, v in enumerate(values)
+    ]
     folder = tmp_path / "hand"
     folder.mkdir()
     results.write_csv(rows, folder / "results.csv")
@@ -701,24 +797,28 @@ def test_report_command_pairs_with_chosen_baselines(tmp_path, capsys):
 
 def _finished_pretraining(tmp_path, name, preset, split):
     """An experiment folder with plan.json, split.json and a finished simclr pre-training (written by hand)."""
-    experiment = Experiment(name, "demo", preset.replace(methods=("simclr",), num_labeled=(1,), repeats=1),
-                            results_dir=tmp_path)
+    experiment = Experiment(
+        name, "demo", preset.replace(methods=("simclr",), num_labeled=(1,), repeats=1), results_dir=tmp_path
+    )
     experiment.folder.mkdir(parents=True)
     (pretrain,), finetune = plan_cells(experiment)
     plan.write_plan(experiment, [pretrain], finetune)
     experiment.split_file("demo").write_text(json.dumps(split))
     pretrain.folder.mkdir(parents=True)
     (pretrain.folder / "encoder.pt").write_bytes(b"weights of " + name.encode())
-    cells.write_status(pretrain.folder, {"status": "finished", "epochs": cells._config_value(pretrain, "epochs"),
-                                         "seconds": 12.5})
+    cells.write_status(
+        pretrain.folder, {"status": "finished", "epochs": cells._config_value(pretrain, "epochs"), "seconds": 12.5}
+    )
     return experiment, pretrain
 
 
 def test_pretrain_from_takes_only_the_same_run(tmp_path):
     from gcl_monai.benchmark.reuse import find_reusable, import_pretraining, same_split
 
-    split = {k: [{"image": f"/a/{k}{i}.h5#image", "patient": f"{k}{i}"} for i in range(2)]
-             for k in ("pretrain", "train", "val", "test")}
+    split = {
+        k: [{"image": f"/a/{k}{i}.h5#image", "patient": f"{k}{i}"} for i in range(2)]
+        for k in ("pretrain", "train", "val", "test")
+    }
     moved = {k: [{**e, "image": "../elsewhere/" + e["image"].split("/")[-1]} for e in v] for k, v in split.items()}
     source, _ = _finished_pretraining(tmp_path, "src", PRESETS["cpu-mini"], split)
     assert same_split(source.split_file("demo"), source.split_file("demo"))
@@ -763,7 +863,8 @@ def test_pretrain_from_compares_the_recorded_settings(tmp_path):
     assert find_reusable(cell, source.folder)[0] is not None
     cells.write_status(stored.folder, {**status, "settings": {**cell_settings(cell), "temperature": 0.5}})
     assert find_reusable(cell, source.folder) == (
-        None, f"{source.folder}'s pre-training of simclr ran with other bundle settings (temperature)"
+        None,
+        f"{source.folder}'s pre-training of simclr ran with other bundle settings (temperature)",
     )
 
 
@@ -774,7 +875,8 @@ def test_pretrain_from_refuses_another_config(tmp_path):
     source, stored = _finished_pretraining(tmp_path, "src", PRESETS["cpu-mini"], split)
     cell = PretrainCell("simclr", stored.bundle, dict(stored.overrides), config="train")
     assert find_reusable(cell, source.folder) == (
-        None, f"{source.folder}'s pre-training of simclr ran pretrain.json, not train.json"
+        None,
+        f"{source.folder}'s pre-training of simclr ran pretrain.json, not train.json",
     )
 
 
@@ -799,13 +901,20 @@ def test_finetune_from_takes_only_the_same_run(tmp_path):
     from gcl_monai.benchmark.reuse import find_reusable_finetuning, import_finetuning
     from gcl_monai.benchmark.settings import cell_settings
 
-    split = {k: [{"image": f"/a/{k}{i}.h5#image", "patient": f"{k}{i}"} for i in range(2)]
-             for k in ("pretrain", "train", "val", "test")}
+    split = {
+        k: [{"image": f"/a/{k}{i}.h5#image", "patient": f"{k}{i}"} for i in range(2)]
+        for k in ("pretrain", "train", "val", "test")
+    }
     source, theirs = _experiment_with_cells(tmp_path, "src", split)
     for cell in theirs.values():
         _finished_cell(cell, 0.4, cell_settings(cell))
-        cells.write_status(cell.folder, {**cells.read_status(cell.folder), "pretrain_settings":
-                                         cell_settings(cell.pretrain) if cell.pretrain else None})
+        cells.write_status(
+            cell.folder,
+            {
+                **cells.read_status(cell.folder),
+                "pretrain_settings": cell_settings(cell.pretrain) if cell.pretrain else None,
+            },
+        )
     (theirs["simclr_L1_d0_s0"].folder / "models").mkdir()
     (theirs["simclr_L1_d0_s0"].folder / "models" / "model.pt").write_bytes(b"fine-tuned")
     _, ours = _experiment_with_cells(tmp_path, "dst", split)
@@ -823,26 +932,41 @@ def test_finetune_from_takes_only_the_same_run(tmp_path):
     # other recorded settings, another encoder, another split, an untrained cell: not taken, and why
     random_cell, other = ours["random_L1_d1_s1"], theirs["random_L1_d1_s1"]
     assert find_reusable_finetuning(random_cell, source.folder)[0] == other.folder
-    cells.write_status(other.folder, {**cells.read_status(other.folder),
-                                      "settings": {**cell_settings(other), "lr": 0.5}})
+    cells.write_status(
+        other.folder, {**cells.read_status(other.folder), "settings": {**cell_settings(other), "lr": 0.5}}
+    )
     assert find_reusable_finetuning(random_cell, source.folder) == (
-        None, f"{source.folder}'s random_L1_d1_s1 ran with other settings (lr)")
+        None,
+        f"{source.folder}'s random_L1_d1_s1 ran with other settings (lr)",
+    )
     _, elsewhere = _experiment_with_cells(tmp_path, "own_encoder", split, encoder=b"pre-trained here")
     assert find_reusable_finetuning(elsewhere["simclr_L1_d1_s1"], source.folder) == (
-        None, f"{source.folder}'s simclr encoder is not the one this experiment loads")
+        None,
+        f"{source.folder}'s simclr encoder is not the one this experiment loads",
+    )
     _, reshuffled = _experiment_with_cells(tmp_path, "reshuffled", {**split, "test": split["test"][:1]})
     assert find_reusable_finetuning(reshuffled["random_L1_d0_s0"], source.folder) == (
-        None, f"{source.folder} split the patients differently")
+        None,
+        f"{source.folder} split the patients differently",
+    )
     cells.write_status(theirs["simclr_L1_d1_s1"].folder, {"status": "failed"})
     assert find_reusable_finetuning(ours["simclr_L1_d1_s1"], source.folder) == (
-        None, f"{source.folder} has no trained simclr_L1_d1_s1")
+        None,
+        f"{source.folder} has no trained simclr_L1_d1_s1",
+    )
     # a cell whose pre-training was run again with other settings is not the same run either
-    cells.write_status(theirs["simclr_L1_d0_s0"].folder, {**cells.read_status(theirs["simclr_L1_d0_s0"].folder),
-                                                          "pretrain_settings": {**cell_settings(cell.pretrain),
-                                                                                "temperature": 9.0}})
+    cells.write_status(
+        theirs["simclr_L1_d0_s0"].folder,
+        {
+            **cells.read_status(theirs["simclr_L1_d0_s0"].folder),
+            "pretrain_settings": {**cell_settings(cell.pretrain), "temperature": 9.0},
+        },
+    )
     shutil.rmtree(cell.folder)
     assert find_reusable_finetuning(cell, source.folder) == (
-        None, f"{source.folder}'s simclr_L1_d0_s0 loaded a pre-training with other settings (temperature)")
+        None,
+        f"{source.folder}'s simclr_L1_d0_s0 loaded a pre-training with other settings (temperature)",
+    )
 
 
 def test_finetune_from_compares_an_unrecorded_cell_on_the_source_plan(tmp_path, caplog):
@@ -858,7 +982,9 @@ def test_finetune_from_compares_an_unrecorded_cell_on_the_source_plan(tmp_path, 
     longer, _ = _experiment_with_cells(tmp_path, "longer", split, preset=nine_epochs)
     shutil.copytree(theirs["random_L1_d0_s0"].folder, longer.folder / "finetune" / "random_L1_d0_s0")
     assert find_reusable_finetuning(ours["random_L1_d0_s0"], longer.folder) == (
-        None, f"{longer.folder}'s random_L1_d0_s0 ran with other overrides (epochs)")
+        None,
+        f"{longer.folder}'s random_L1_d0_s0 ran with other overrides (epochs)",
+    )
 
 
 def test_run_takes_finished_cells_and_only_evaluates_what_is_missing(tmp_path, monkeypatch):
@@ -869,8 +995,14 @@ def test_run_takes_finished_cells_and_only_evaluates_what_is_missing(tmp_path, m
     source, theirs = _experiment_with_cells(tmp_path, "src", split)
     for draw, name in enumerate(("random_L1_d0_s0", "random_L1_d1_s1")):
         _finished_cell(theirs[name], 0.3 + 0.1 * draw, cell_settings(theirs[name]))
-    cells.write_status(theirs["random_L1_d0_s0"].folder, {**cells.read_status(theirs["random_L1_d0_s0"].folder),
-                                                           "finetune_seconds": 55.0, "eval_seconds": {"test": 5.0}})
+    cells.write_status(
+        theirs["random_L1_d0_s0"].folder,
+        {
+            **cells.read_status(theirs["random_L1_d0_s0"].folder),
+            "finetune_seconds": 55.0,
+            "eval_seconds": {"test": 5.0},
+        },
+    )
     theirs["random_L1_d1_s1"].dice_file("test").unlink()  # trained, not evaluated yet
     ran = []
 
@@ -904,9 +1036,34 @@ def test_end_to_end_on_the_phantom(tmp_path):
 
     external = ensure_phantom(tmp_path / "external", num_patients=4, seed=1, image_size=64)
     argv = [
-        "--data", "demo", "--results-dir", str(tmp_path), "--name", "smoke", "--test-root", external,
-        "--methods", "random", "simclr", "--num-labeled", "1", "--repeats", "2", "--pretrain-epochs", "1",
-        "--finetune-iterations", "10", "--image-size", "32", "--features", "4", "4", "8", "8", "16", "4",
+        "--data",
+        "demo",
+        "--results-dir",
+        str(tmp_path),
+        "--name",
+        "smoke",
+        "--test-root",
+        external,
+        "--methods",
+        "random",
+        "simclr",
+        "--num-labeled",
+        "1",
+        "--repeats",
+        "2",
+        "--pretrain-epochs",
+        "1",
+        "--finetune-iterations",
+        "10",
+        "--image-size",
+        "32",
+        "--features",
+        "4",
+        "4",
+        "8",
+        "8",
+        "16",
+        "4",
     ]
     assert main(argv) == 0
     folder = tmp_path / "smoke"
@@ -967,9 +1124,29 @@ def test_end_to_end_on_the_phantom(tmp_path):
 @pytest.mark.slow
 def test_supervised_encoder_end_to_end_on_the_phantom(tmp_path):
     argv = [
-        "--data", "demo", "--results-dir", str(tmp_path), "--name", "ref", "--methods", "supervised_encoder",
-        "--num-labeled", "1", "--repeats", "1", "--finetune-iterations", "6", "--image-size", "32",
-        "--features", "4", "4", "8", "8", "16", "4",
+        "--data",
+        "demo",
+        "--results-dir",
+        str(tmp_path),
+        "--name",
+        "ref",
+        "--methods",
+        "supervised_encoder",
+        "--num-labeled",
+        "1",
+        "--repeats",
+        "1",
+        "--finetune-iterations",
+        "6",
+        "--image-size",
+        "32",
+        "--features",
+        "4",
+        "4",
+        "8",
+        "8",
+        "16",
+        "4",
     ]
     assert main(argv) == 0
     folder = tmp_path / "ref" / "pretrain" / "supervised_encoder"
@@ -990,6 +1167,14 @@ def test_override_values_read_as_the_bundle_command_line_reads_them():
     from gcl_monai.benchmark.__main__ import _key_values
 
     got = _key_values(["dice_batch=False", "a=false", "b=None", "c=0.5", "d=[1, 2]", "e=(1, 2)", "f=class", "g='x'"])
-    assert got == {"dice_batch": False, "a": False, "b": None, "c": 0.5, "d": [1, 2], "e": (1, 2), "f": "class",
-                   "g": "x"}
+    assert got == {
+        "dice_batch": False,
+        "a": False,
+        "b": None,
+        "c": 0.5,
+        "d": [1, 2],
+        "e": (1, 2),
+        "f": "class",
+        "g": "x",
+    }
     assert got["dice_batch"] is False

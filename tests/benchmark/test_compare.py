@@ -13,8 +13,12 @@ from gcl_monai.benchmark.cells import write_status
 from gcl_monai.benchmark.compare import comparison_report, load_experiment, setting_changes
 from gcl_monai.benchmark.settings import SETTINGS_KEY, setting_differences
 
-SPLIT = {"pretrain": [{"image": "/a/p1.nii.gz"}], "train": [{"image": "/a/p2.nii.gz"}, {"image": "/a/p3.nii.gz"}],
-         "val": [{"image": "/a/p4.nii.gz"}], "test": [{"image": "/a/p5.nii.gz"}]}
+SPLIT = {
+    "pretrain": [{"image": "/a/p1.nii.gz"}],
+    "train": [{"image": "/a/p2.nii.gz"}, {"image": "/a/p3.nii.gz"}],
+    "val": [{"image": "/a/p4.nii.gz"}],
+    "test": [{"image": "/a/p5.nii.gz"}],
+}
 PATIENTS = ("p2", "p3", "p2")
 
 
@@ -32,9 +36,20 @@ def _experiment(root, name, cells, settings=None, split=SPLIT, data="acdc", pati
             recorded = {"seed": draw, "init": "random", **(settings or {})}
             write_status(run_dir, {"status": "finished", SETTINGS_KEY: recorded})
             for test_set, dice in (("val", value), ("test", value - 0.1)):
-                rows.append({"method": method, "num_labeled": num_labeled, "repeat": draw, "draw": draw, "seed": draw,
-                             "test_set": test_set, "dice": dice, "status": "ok",
-                             "labelled_patients": patients[draw], "run_dir": f"/elsewhere/{run_dir.name}"})
+                rows.append(
+                    {
+                        "method": method,
+                        "num_labeled": num_labeled,
+                        "repeat": draw,
+                        "draw": draw,
+                        "seed": draw,
+                        "test_set": test_set,
+                        "dice": dice,
+                        "status": "ok",
+                        "labelled_patients": patients[draw],
+                        "run_dir": f"/elsewhere/{run_dir.name}",
+                    }
+                )
     results.write_csv(rows, folder / "results.csv")
     return folder
 
@@ -59,7 +74,7 @@ def test_pairs_cells_with_the_reference_and_names_the_changed_setting(tmp_path):
     row = f"| Mixup | `w10` | d0s0 0.300, d1s1 0.560, d2s2 0.480 | 0.447 | {against_ref} | {against_random} |"
     assert row in lines
     # the baseline's own row first, without differences; the reference's rows without a difference to itself
-    table = lines[lines.index("## L = 1"):]
+    table = lines[lines.index("## L = 1") :]
     assert table[4] == "| Random Init. | `ref` | d0s0 0.400, d1s1 0.500, d2s2 0.450 | 0.450 |  |  |"
     assert table[5].startswith("| Mixup | `ref` |") and "|  | +0.057 [" in table[5]
 
@@ -69,8 +84,10 @@ def test_a_resolved_difference_is_bold_and_only_shared_draws_are_paired(tmp_path
     _experiment(tmp_path, "eps", {("vat", 2): (0.60, 0.71)}, settings={"vat_eps": 2.0})
     report = comparison_report([load_experiment(tmp_path / n, "test") for n in ("ref", "eps")], "test")
     lo, hi = _interval([0.10, 0.11])
-    assert f"| Adv. Training | `eps` | d0s0 0.500, d1s1 0.610 | 0.555 | **+0.105 [{lo:+.3f}, {hi:+.3f}] (2 of 2)** |" \
+    assert (
+        f"| Adv. Training | `eps` | d0s0 0.500, d1s1 0.610 | 0.555 | **+0.105 [{lo:+.3f}, {hi:+.3f}] (2 of 2)** |"
         in report
+    )
     assert "## L = 2" in report and "## L = 1" not in report
     # the fully supervised row (every training patient labelled) is headed L = all
     _experiment(tmp_path, "full", {("fully_supervised", 0): (0.7, 0.8, 0.75)})
@@ -112,8 +129,25 @@ def test_command_writes_the_table_and_reports_bad_input(tmp_path, capsys):
     _experiment(tmp_path, "ref", {("random", 1): (0.4, 0.5, 0.45), ("mean_teacher", 1): (0.5, 0.5, 0.5)})
     _experiment(tmp_path, "w03", {("mean_teacher", 1): (0.4, 0.5, 0.6)}, settings={"consistency_weight": 0.3})
     out = tmp_path / "sweep.md"
-    assert main(["compare", "--names", "ref", "w03", "--results-dir", str(tmp_path), "--baseline", "random",
-                 "--methods", "mean_teacher", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--names",
+                "ref",
+                "w03",
+                "--results-dir",
+                str(tmp_path),
+                "--baseline",
+                "random",
+                "--methods",
+                "mean_teacher",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = out.read_text()
     assert text in capsys.readouterr().out
     assert "# Paired comparison on the `val` set; reference `ref`" in text

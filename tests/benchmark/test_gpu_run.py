@@ -63,8 +63,11 @@ def _work_with_pretrainings(work: Path) -> dict[str, torch.Tensor]:
     (finished / "tensorboard" / "events.out").write_bytes(b"events")
     interrupted = work / "results" / "x_acdc" / "pretrain" / "gcl"
     write_status(interrupted, {"status": "interrupted"})
-    checkpoint = {"model": {"w": torch.randn(128, 64)}, "optimizer": {"state": {0: {"momentum_buffer": torch.randn(3)}},
-                  "param_groups": [{"lr": 0.1}]}, "trainer": {"epoch": 3, "iteration": 12}}
+    checkpoint = {
+        "model": {"w": torch.randn(128, 64)},
+        "optimizer": {"state": {0: {"momentum_buffer": torch.randn(3)}}, "param_groups": [{"lr": 0.1}]},
+        "trainer": {"epoch": 3, "iteration": 12},
+    }
     torch.save({"model": {"w": torch.zeros(1)}}, interrupted / "checkpoint_epoch=2.pt")
     torch.save(checkpoint, interrupted / "checkpoint_epoch=3.pt")
     model = work / "results" / "x_acdc" / "finetune" / "random_L1_d0_s0"
@@ -73,11 +76,16 @@ def _work_with_pretrainings(work: Path) -> dict[str, torch.Tensor]:
     (model / "eval").mkdir()
     (model / "eval" / "dice.json").write_text("{}")
     # trained, not evaluated yet: its model does not travel, so a fresh machine trains it again
-    write_status(work / "results" / "x_acdc" / "finetune" / "random_L2_d0_s0", {"status": "interrupted", "trained": True})
+    write_status(
+        work / "results" / "x_acdc" / "finetune" / "random_L2_d0_s0", {"status": "interrupted", "trained": True}
+    )
     (work / "data").mkdir()
     (work / "data" / "volume.nii.gz").write_bytes(b"data")
-    return {"encoder": encoder["conv_0.weight"], "model": checkpoint["model"]["w"],
-            "momentum": checkpoint["optimizer"]["state"][0]["momentum_buffer"]}
+    return {
+        "encoder": encoder["conv_0.weight"],
+        "model": checkpoint["model"]["w"],
+        "momentum": checkpoint["optimizer"]["state"][0]["momentum_buffer"],
+    }
 
 
 def test_pack_and_unpack_resume_a_run(tmp_path):
@@ -132,7 +140,10 @@ def test_pack_leaves_behind_what_the_terms_have_no_room_for(tmp_path):
     # the pre-training without its checkpoint runs again from scratch, and its method's cells with the new encoder
     assert sorted(p.name for p in (fresh / "pretrain").iterdir()) == ["simclr"]
     assert sorted(p.name for p in (fresh / "finetune").iterdir()) == [
-        "gcl_L1_d0_s0_p1", "gcl_frozen_L1_d0_s0", "random_L1_d0_s0"]
+        "gcl_L1_d0_s0_p1",
+        "gcl_frozen_L1_d0_s0",
+        "random_L1_d0_s0",
+    ]
     discarded = sorted(p.name for p in (fresh / "discarded").iterdir())
     assert discarded == ["finetune_gcl_L1_d0_s0", "finetune_random_L2_d0_s0", "pretrain_gcl"]
 
@@ -157,8 +168,9 @@ def _summary(verdict, below):
 
 def test_a_collapse_or_an_image_branch_at_chance_stops_the_run():
     assert "collapsed" in verdict_stops(_summary("collapsed (stalled at chance: patient_id)", {"patient_id": False}))
-    stalled = _summary("stalled at chance: patient_id; above chance: organ_state",
-                       {"patient_id": False, "organ_state": False})
+    stalled = _summary(
+        "stalled at chance: patient_id; above chance: organ_state", {"patient_id": False, "organ_state": False}
+    )
     assert "no image-wise loss" in verdict_stops(stalled)
     partly = _summary("above chance: organ_state", {"patient_id": True, "organ_state": False})
     assert verdict_stops(partly) == ""
@@ -191,8 +203,21 @@ def test_budgets_plan_the_paper_comparison(tmp_path):
 def test_a_gpu_budget_without_data_is_refused(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "GCL_DATA_ROOT"}
     result = subprocess.run(
-        [sys.executable, "-m", "gcl_monai.benchmark", "gpu-run", "--out", str(tmp_path / "out"), "--work",
-         str(tmp_path / "work")], check=False, capture_output=True, text=True, cwd=ROOT, env=env,
+        [
+            sys.executable,
+            "-m",
+            "gcl_monai.benchmark",
+            "gpu-run",
+            "--out",
+            str(tmp_path / "out"),
+            "--work",
+            str(tmp_path / "work"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
     )
     assert result.returncode != 0 and "give --data-root or set $GCL_DATA_ROOT" in result.stderr
     assert not (tmp_path / "work").exists()
@@ -205,7 +230,12 @@ def test_rehearsal_of_the_gpu_runbook(tmp_path):
     env.pop("GCL_DATA_ROOT", None)
     result = subprocess.run(
         [sys.executable, "-m", "gcl_monai.benchmark", "gpu-run", "--rehearse", "--out", str(tmp_path / "r")],
-        check=False, capture_output=True, text=True, cwd=ROOT, env=env, timeout=1500,
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=1500,
     )
     report = (tmp_path / "r" / "rehearsal.md").read_text()
     assert result.returncode == 0, report + result.stdout[-3000:] + result.stderr[-3000:]
@@ -251,8 +281,15 @@ def test_collect_copies_the_results_without_weights(tmp_path):
     pack(work, tmp_path / "out", "# report\n", extra=[work / "speed_cuda.json"])
     written = collect(tmp_path / "out", tmp_path / "docs")
     names = sorted(p.name for p in written)
-    assert names == ["diagnosis.md", "gpu_run.json", "plan.json", "report.md", "results.csv", "speed_cuda.json",
-                     "table.md"]
+    assert names == [
+        "diagnosis.md",
+        "gpu_run.json",
+        "plan.json",
+        "report.md",
+        "results.csv",
+        "speed_cuda.json",
+        "table.md",
+    ]
     assert (tmp_path / "docs" / "table.md").read_text() == "table.md"
     assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == names
 
@@ -261,9 +298,16 @@ def test_speed_lines_give_the_pretraining_time_at_the_measured_speed():
     from gcl_monai.benchmark.gpu_run.summary import speed_lines
 
     variant = {"median_s": 0.1, "ratio_to_simclr": 5.0, "combine_share": 0.25, "grad_filter_share": 0.2}
-    speed = {"device": "H100", "variants": {"simclr": {**variant, "median_s": 0.02}, "gcl": variant,
-                                             "gcl_views_on_device": {**variant, "median_s": 0.13}},
-             "gcl_consumption_slices_per_s": 240.0, "pipeline_slices_per_s": {"bundle": 480.0}}
+    speed = {
+        "device": "H100",
+        "variants": {
+            "simclr": {**variant, "median_s": 0.02},
+            "gcl": variant,
+            "gcl_views_on_device": {**variant, "median_s": 0.13},
+        },
+        "gcl_consumption_slices_per_s": 240.0,
+        "pipeline_slices_per_s": {"bundle": 480.0},
+    }
     lines = speed_lines(speed, pretrain_epochs=100)
     assert "full GCL 0.1000 s: 5.00x (target <= 2.5x)" in lines[1]
     # 880 / 48 iterations per epoch x (0.13 + 0.02) s = 2.75 s; 100 epochs = 4.6 min
@@ -296,8 +340,10 @@ def test_repack_leaves_behind_the_weights_a_carry_has_no_room_for(tmp_path):
     _work_with_pretrainings(tmp_path / "work")
     pack(tmp_path / "work", tmp_path / "out", "# report\n")
     manifest = repack(tmp_path / "out", tmp_path / "carry", max_bytes=70 << 10)  # the small files only
-    assert sorted(manifest["left_behind"]) == ["results/x_acdc/pretrain/gcl/checkpoint_epoch=3.pt.bf16",
-                                               "results/x_acdc/pretrain/simclr/encoder.pt"]
+    assert sorted(manifest["left_behind"]) == [
+        "results/x_acdc/pretrain/gcl/checkpoint_epoch=3.pt.bf16",
+        "results/x_acdc/pretrain/simclr/encoder.pt",
+    ]
     assert (tmp_path / "carry" / "report.md").read_text() == "# report\n"
     carried = json.loads((tmp_path / "carry" / "gpu_run.json").read_text())["returned"]
     assert not any("pretrain/" in p or "discarded" in p for p in carried["packed"])  # their scalars stay behind too

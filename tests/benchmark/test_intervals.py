@@ -8,8 +8,12 @@ from gcl_monai.benchmark.intervals import holm, seed_aware_difference
 
 
 def _simulate(rng, seeds, draws, mu, sd_seed, sd_draw, sd_res):
-    return (mu + rng.normal(0, sd_seed, (seeds, 1)) + rng.normal(0, sd_draw, (1, draws))
-            + rng.normal(0, sd_res, (seeds, draws)))
+    return (
+        mu
+        + rng.normal(0, sd_seed, (seeds, 1))
+        + rng.normal(0, sd_draw, (1, draws))
+        + rng.normal(0, sd_res, (seeds, draws))
+    )
 
 
 @pytest.mark.parametrize(

@@ -40,14 +40,18 @@ def test_round_trip_is_bit_exact(tmp_path):
     assert manifest["patient001_frame01.h5"]["datasets"]["noise"]["divisor"] is None
     written = unpack(tmp_path / "a.tar.xz", tmp_path / "dst")
     assert sorted(p.relative_to(tmp_path / "dst").as_posix() for p in written) == [
-        "README.md", "images/Case00.nii.gz", "patient001_frame01.h5"]
+        "README.md",
+        "images/Case00.nii.gz",
+        "patient001_frame01.h5",
+    ]
     with h5py.File(src / "patient001_frame01.h5") as a, h5py.File(tmp_path / "dst" / "patient001_frame01.h5") as b:
         assert set(a) == set(b)
         for key in a:
             assert a[key].dtype == b[key].dtype
             np.testing.assert_array_equal(a[key][()].view(np.uint8), b[key][()].view(np.uint8))
     assert gzip.decompress((tmp_path / "dst/images/Case00.nii.gz").read_bytes()) == gzip.decompress(
-        (src / "images/Case00.nii.gz").read_bytes())
+        (src / "images/Case00.nii.gz").read_bytes()
+    )
     assert (tmp_path / "dst/README.md").read_text() == "notes\n"
 
 
@@ -93,8 +97,12 @@ def test_empty_or_missing_source(tmp_path):
 
 def test_setup_script_names_a_missing_payload(tmp_path):
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "offline_setup.sh"
-    done = subprocess.run(["bash", "-c", f"source {script} {tmp_path / 'nothing'}; echo sourced $?"],
-                          capture_output=True, text=True, cwd=tmp_path)
+    done = subprocess.run(
+        ["bash", "-c", f"source {script} {tmp_path / 'nothing'}; echo sourced $?"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert "sourced 1" in done.stdout
     assert f"{tmp_path / 'nothing'}/wheels not found" in done.stderr
 

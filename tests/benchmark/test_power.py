@@ -27,8 +27,12 @@ def test_power_matches_a_simulation_of_the_paired_t_test():
 
 def test_detectable_difference_against_reference_values():
     # effect sizes (difference / sd) at 80% power, two-sided 5%, from statsmodels 0.15 TTestPower.solve_power
-    for n, effect in ((3, 3.264043552819638), (6, 1.4345451395119289), (24, 0.5971839032778883),
-                      (100, 0.2829117119690806)):
+    for n, effect in (
+        (3, 3.264043552819638),
+        (6, 1.4345451395119289),
+        (24, 0.5971839032778883),
+        (100, 0.2829117119690806),
+    ):
         assert detectable_difference(1.0, n) == pytest.approx(effect, rel=1e-4)
     # six draws at the spread of GCL - random on ACDC (0.051): about +0.073 (docs/recipe.md)
     assert detectable_difference(0.051, 6) == pytest.approx(0.0732, abs=5e-4)
@@ -55,18 +59,41 @@ def test_spread():
 
 
 def test_report_states_what_the_pairs_resolve(tmp_path):
-    rows = [{"dataset": "acdc", "pretrain_dataset": "acdc", "method": m, "num_labeled": 1, "repeat": d, "draw": d,
-             "seed": 0, "test_set": "test", "dice": v, "status": "ok", "num_test_volumes": 40}
-            for m, values in (("random", (0.4, 0.5, 0.6)), ("simclr", (0.5, 0.5, 0.8))) for d, v in enumerate(values)]
+    rows = [
+        {
+            "dataset": "acdc",
+            "pretrain_dataset": "acdc",
+            "method": m,
+            "num_labeled": 1,
+            "repeat": d,
+            "draw": d,
+            "seed": 0,
+            "test_set": "test",
+            "dice": v,
+            "status": "ok",
+            "num_test_volumes": 40,
+        }
+        for m, values in (("random", (0.4, 0.5, 0.6)), ("simclr", (0.5, 0.5, 0.8)))
+        for d, v in enumerate(values)
+    ]
     folder = tmp_path / "hand"
     folder.mkdir()
     results.write_csv(rows, folder / "results.csv")
     methods = ("random", "simclr")
-    (folder / "plan.json").write_text(json.dumps({
-        "name": "hand", "data": "acdc", "pretrain_data": "acdc", "methods": list(methods),
-        "labels": {m: METHODS[m].label for m in methods},
-        "preset": {"name": "cpu-mini", "num_labeled": [1], "repeats": 3, "seeds_per_draw": 1}, "cuts": [],
-        "pretrain": {}}))
+    (folder / "plan.json").write_text(
+        json.dumps(
+            {
+                "name": "hand",
+                "data": "acdc",
+                "pretrain_data": "acdc",
+                "methods": list(methods),
+                "labels": {m: METHODS[m].label for m in methods},
+                "preset": {"name": "cpu-mini", "num_labeled": [1], "repeats": 3, "seeds_per_draw": 1},
+                "cuts": [],
+                "pretrain": {},
+            }
+        )
+    )
     assert main(["report", "--name", "hand", "--results-dir", str(tmp_path), "--power-differences", "0.05"]) == 0
     lines = (folder / "table.md").read_text().splitlines()
     # differences (0.1, 0.0, 0.2): sd 0.1; three pairs detect detectable_difference(0.1, 3); 0.05 needs 34 pairs

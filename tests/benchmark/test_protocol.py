@@ -13,8 +13,16 @@ from gcl_monai.benchmark.protocol import Comparison, analyse, difference_table, 
 
 
 def _row(method, draw, dice, pretrain_seed="", num_labeled=2, status="ok"):
-    return {"method": method, "num_labeled": num_labeled, "draw": draw, "seed": draw, "test_set": "test",
-            "dice": dice, "status": status, "pretrain_seed": pretrain_seed}
+    return {
+        "method": method,
+        "num_labeled": num_labeled,
+        "draw": draw,
+        "seed": draw,
+        "test_set": "test",
+        "dice": dice,
+        "status": status,
+        "pretrain_seed": pretrain_seed,
+    }
 
 
 def test_difference_table_pairs_each_seed_with_the_baseline_of_its_draw():
@@ -37,11 +45,15 @@ def test_analysis_holm_corrects_within_each_family(tmp_path):
     rows = [_row("random", d, 0.5 + rng.normal(0, 0.02)) for d in range(8)]
     for s in range(3):
         shift = rng.normal(0, 0.005)
-        rows += [_row("gcl", d, rows[d]["dice"] + 0.08 + shift + rng.normal(0, 0.01), pretrain_seed=s)
-                 for d in range(8)]
+        rows += [
+            _row("gcl", d, rows[d]["dice"] + 0.08 + shift + rng.normal(0, 0.01), pretrain_seed=s) for d in range(8)
+        ]
         rows += [_row("simclr", d, rows[d]["dice"] + shift + rng.normal(0, 0.01), pretrain_seed=s) for d in range(8)]
-    comparisons = [Comparison("gcl", "random", 2, "primary"), Comparison("gcl", "simclr", 2, "primary"),
-                   Comparison("simclr", "random", 2)]
+    comparisons = [
+        Comparison("gcl", "random", 2, "primary"),
+        Comparison("gcl", "simclr", 2, "primary"),
+        Comparison("simclr", "random", 2),
+    ]
     results = analyse(rows, comparisons)
     primary = [r for r in results if r["comparison"].family == "primary"]
     assert all(r["resolved"] for r in primary)
@@ -62,7 +74,8 @@ def test_pretrain_seeds_plan_one_pretraining_and_one_cell_per_seed(tmp_path):
     gcl = [c for c in finetune if c.method == "gcl"]
     assert len(gcl) == 3 * 2 and {c.pretrain_seed for c in gcl} == {0, 1, 2}
     assert {c.train_overrides["pretrained_path"] for c in gcl if c.pretrain_seed == 1} == {
-        str(tmp_path / "p" / "pretrain" / "gcl_p1" / "encoder.pt")}
+        str(tmp_path / "p" / "pretrain" / "gcl_p1" / "encoder.pt")
+    }
     random = [c for c in finetune if c.method == "random"]
     assert len(random) == 2 and all(c.pretrain_seed is None for c in random)
     assert len({c.folder for c in finetune}) == len(finetune)
@@ -71,8 +84,21 @@ def test_pretrain_seeds_plan_one_pretraining_and_one_cell_per_seed(tmp_path):
 def test_pretrain_seeds_from_the_command_line():
     from gcl_monai.benchmark.__main__ import preset_from_args, run_parser
 
-    args = run_parser().parse_args(["--preset", "cpu-protocol", "--data", "acdc", "--methods", "random",
-                                    "supervised_encoder", "--pretrain-seeds", "0", "1", "1"])
+    args = run_parser().parse_args(
+        [
+            "--preset",
+            "cpu-protocol",
+            "--data",
+            "acdc",
+            "--methods",
+            "random",
+            "supervised_encoder",
+            "--pretrain-seeds",
+            "0",
+            "1",
+            "1",
+        ]
+    )
     preset = preset_from_args(args)
     assert preset.pretrain_seeds == (0, 1) and preset.methods == ("random", "supervised_encoder")
     assert preset.name == "cpu-protocol+custom" and preset.common["num_val"] == 12

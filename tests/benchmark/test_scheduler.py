@@ -47,8 +47,11 @@ def test_one_job_runs_in_plan_order_in_this_process(tmp_path):
 def test_fine_tuning_waits_for_its_pretraining_while_other_cells_run(tmp_path):
     cells = _cells(tmp_path)
     assert [c.label for c in cells] == [
-        "finetune random_L1_d0_s0", "pretrain simclr", "finetune simclr_L1_d0_s0",
-        "finetune random_L1_d1_s1", "finetune simclr_L1_d1_s1",
+        "finetune random_L1_d0_s0",
+        "pretrain simclr",
+        "finetune simclr_L1_d0_s0",
+        "finetune random_L1_d1_s1",
+        "finetune simclr_L1_d1_s1",
     ]
     lock, events, running, most = threading.Lock(), [], set(), [0]
     random_started = threading.Event()
@@ -68,8 +71,15 @@ def test_fine_tuning_waits_for_its_pretraining_while_other_cells_run(tmp_path):
         return "finished", 0.0
 
     prepared = []
-    run_cells(cells, lambda i, c: prepared.append(c.label) or True, lambda *a: None, jobs=2,
-              devices=["cuda:0", "cuda:1"], executor=ThreadPoolExecutor(2), run=run)
+    run_cells(
+        cells,
+        lambda i, c: prepared.append(c.label) or True,
+        lambda *a: None,
+        jobs=2,
+        devices=["cuda:0", "cuda:1"],
+        executor=ThreadPoolExecutor(2),
+        run=run,
+    )
     order = [(kind, label) for kind, label, _ in events]
     pretrain_end = order.index(("end", "pretrain simclr"))
     assert order.index(("start", "finetune simclr_L1_d0_s0")) > pretrain_end
@@ -95,8 +105,14 @@ def test_a_pretraining_not_run_frees_its_cells(tmp_path):
         return "finished", 0.0
 
     # the pre-training taken from elsewhere (prepare says no): its fine-tuning cell is then ready
-    run_cells(cells, lambda i, c: isinstance(c, FinetuneCell), lambda *a: None, jobs=2,
-              executor=ThreadPoolExecutor(2), run=run)
+    run_cells(
+        cells,
+        lambda i, c: isinstance(c, FinetuneCell),
+        lambda *a: None,
+        jobs=2,
+        executor=ThreadPoolExecutor(2),
+        run=run,
+    )
     assert sorted(ran) == ["finetune random_L1_d0_s0", "finetune simclr_L1_d0_s0"]
     # a pre-training listed after its fine-tuning cell still runs first
     ran.clear()
@@ -127,8 +143,14 @@ def _record_run(cell):
 def test_jobs_run_in_spawned_worker_processes(tmp_path):
     cells = _cells(tmp_path, repeats=1)
     finished = []
-    run_cells(cells, lambda i, c: True, lambda i, c, outcome, s: finished.append(c.label), jobs=2,
-              devices=["cpu"], run=_record_run)
+    run_cells(
+        cells,
+        lambda i, c: True,
+        lambda i, c, outcome, s: finished.append(c.label),
+        jobs=2,
+        devices=["cpu"],
+        run=_record_run,
+    )
     records = [json.loads((c.folder / "run.json").read_text()) for c in cells]
     assert sorted(finished) == sorted(c.label for c in cells)
     assert os.getpid() not in {r["pid"] for r in records}

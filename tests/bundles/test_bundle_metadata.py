@@ -34,7 +34,14 @@ REQUIRED = (
     "network_data_format",
 )
 TENSOR_KEYS = (
-    "type", "format", "num_channels", "spatial_shape", "dtype", "value_range", "is_patch_data", "channel_def"
+    "type",
+    "format",
+    "num_channels",
+    "spatial_shape",
+    "dtype",
+    "value_range",
+    "is_patch_data",
+    "channel_def",
 )
 
 
@@ -92,11 +99,21 @@ def test_verify_net_in_out_command_line():
     configs = _configs("gcl_demo")
     subprocess.run(
         [
-            sys.executable, "-m", "monai.bundle", "verify_net_in_out", "network_def",
-            "--meta_file", str(configs / "metadata.json"), "--config_file", str(configs / "inference.json"),
-            "--device", "cpu",
+            sys.executable,
+            "-m",
+            "monai.bundle",
+            "verify_net_in_out",
+            "network_def",
+            "--meta_file",
+            str(configs / "metadata.json"),
+            "--config_file",
+            str(configs / "inference.json"),
+            "--device",
+            "cpu",
         ],
-        check=True, cwd=REPO, capture_output=True,
+        check=True,
+        cwd=REPO,
+        capture_output=True,
     )
 
 

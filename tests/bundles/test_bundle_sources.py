@@ -13,18 +13,47 @@ REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_
 SOURCES = REPO / "bundle_sources"
 GENERATE = SOURCES / "generate.py"
 BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs", "gcl_dicom"]
-WORKFLOWS = ["pretrain.json", "train.json", "evaluate.json", "inference.json", "multi_gpu_pretrain.json",
-             "multi_gpu_train.json"]
+WORKFLOWS = [
+    "pretrain.json",
+    "train.json",
+    "evaluate.json",
+    "inference.json",
+    "multi_gpu_pretrain.json",
+    "multi_gpu_train.json",
+]
 # the only keys a bundle may set: what differs between datasets
 DATASET_KEYS = {
-    "bundle_root", "dataset", "dataset_dir", "num_patients", "data_seed", "num_pretrain", "num_val", "num_test",
-    "meta_labels", "volume_meta_keys", "image_size", "fov_scale", "fov_shape", "features", "num_classes", "class_names",
-    "label_map", "stratify_key", "dataset_options",
+    "bundle_root",
+    "dataset",
+    "dataset_dir",
+    "num_patients",
+    "data_seed",
+    "num_pretrain",
+    "num_val",
+    "num_test",
+    "meta_labels",
+    "volume_meta_keys",
+    "image_size",
+    "fov_scale",
+    "fov_shape",
+    "features",
+    "num_classes",
+    "class_names",
+    "label_map",
+    "stratify_key",
+    "dataset_options",
     # the probe's classes, and whether it runs: off where the training patients have no labels (a DICOM archive) or
     # where the demo's few minutes matter
-    "probe_num_classes", "probe_class_names", "probe_label_map", "probe_interval",
+    "probe_num_classes",
+    "probe_class_names",
+    "probe_label_map",
+    "probe_interval",
     # the fine-tuning's augmentation, Dice reduction and clean-up: chosen on each data set's validation patients
-    "rotate_degrees", "scale_range", "affine_prob", "dice_batch", "keep_largest_component",
+    "rotate_degrees",
+    "scale_range",
+    "affine_prob",
+    "dice_batch",
+    "keep_largest_component",
 }
 
 

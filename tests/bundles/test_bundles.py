@@ -52,8 +52,18 @@ def test_bundle_layout_and_metadata(bundle):
     assert (REPO / "bundles" / bundle / "LICENSE").is_file()
     assert (REPO / "bundles" / bundle / "docs" / "README.md").is_file()
     meta = json.loads((configs / "metadata.json").read_text())
-    for key in ["version", "monai_version", "pytorch_version", "numpy_version", "required_packages_version", "task",
-                "description", "authors", "copyright", "network_data_format"]:
+    for key in [
+        "version",
+        "monai_version",
+        "pytorch_version",
+        "numpy_version",
+        "required_packages_version",
+        "task",
+        "description",
+        "authors",
+        "copyright",
+        "network_data_format",
+    ]:
         assert key in meta, key
     fmt = meta["network_data_format"]
     assert list(fmt["inputs"])[0] == "image" and list(fmt["outputs"])[0] == "pred"
@@ -85,8 +95,10 @@ def test_pretraining_sees_the_field_of_view_of_fine_tuning(bundle):
     """The encoder is pre-trained on the same in-plane crop that fine-tuning, evaluation and inference use."""
     configs = REPO / "bundles" / bundle / "configs"
     for key in ("fov_scale", "fov_shape"):
-        fov = {name: json.loads((configs / name).read_text())[key] for name in
-               ("pretrain.json", "train.json", "evaluate.json", "inference.json")}
+        fov = {
+            name: json.loads((configs / name).read_text())[key]
+            for name in ("pretrain.json", "train.json", "evaluate.json", "inference.json")
+        }
         assert len(set(fov.values())) == 1, fov
     pretrain = json.loads((configs / "pretrain.json").read_text())
     assert pretrain["train"]["volume_transforms"]["fov_scale"] == "@fov_scale"
@@ -185,8 +197,10 @@ def test_keep_largest_component_in_evaluation_validation_and_inference(demo_root
     with pytest.raises(Exception) as raised:
         _run("evaluate.json", "run", demo_root, **TINY_FT, keep_largest_component="largest", eval_dir=str(eval_dir))
     messages = _messages(raised.value)
-    assert any("keep_largest_component must be False, None or one of ('class', 'foreground'), got 'largest'" in m
-               for m in messages)
+    assert any(
+        "keep_largest_component must be False, None or one of ('class', 'foreground'), got 'largest'" in m
+        for m in messages
+    )
 
 
 def test_augmentation_and_dice_switches_reach_the_fine_tuning():
@@ -222,8 +236,13 @@ def test_semi_supervised_switches_run_through_the_bundle(semi_supervised, init, 
 
 def test_labeled_pool_switch_draws_from_the_pretraining_patients_too(demo_root):
     def parsed(item, **override):
-        wf = ConfigWorkflow(config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(demo_root),
-                            run_id="run", **{**TINY_FT, **override})
+        wf = ConfigWorkflow(
+            config_file=str(DEMO / "train.json"),
+            workflow_type=None,
+            bundle_root=str(demo_root),
+            run_id="run",
+            **{**TINY_FT, **override},
+        )
         return wf.parser.get_parsed_content(item)
 
     split = parsed("split")
@@ -240,15 +259,20 @@ def test_labeled_pool_switch_draws_from_the_pretraining_patients_too(demo_root):
 def test_semi_supervised_switch_without_unlabelled_patients_fails_clearly(demo_root):
     only_pool = "$gcl_monai.data.unlabeled_subset(@split['train'], @labeled)"  # the pool has 2 patients
     with pytest.raises(RuntimeError) as error:  # the bundle's config error, raised from the ValueError
-        _run("train.json", "run", demo_root,
-             **{**TINY_FT, "semi_supervised": "mean_teacher", "num_labeled": 2, "unlabeled": only_pool})
+        _run(
+            "train.json",
+            "run",
+            demo_root,
+            **{**TINY_FT, "semi_supervised": "mean_teacher", "num_labeled": 2, "unlabeled": only_pool},
+        )
     cause = error.value.__cause__ or error.value.__context__
     assert isinstance(cause, ValueError) and "no unlabelled slices left: all 2 training patients" in str(cause)
 
 
 def test_finetune_starts_from_the_pretrained_encoder(demo_root):
-    wf = ConfigWorkflow(config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(demo_root),
-                        run_id="run", **TINY_FT)
+    wf = ConfigWorkflow(
+        config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(demo_root), run_id="run", **TINY_FT
+    )
     wf.initialize()
     encoder = torch.load(demo_root / "outputs" / "pretrain" / "gcl" / "encoder.pt", weights_only=True)
     loader = next(h for h in wf.parser.get_parsed_content("train#handlers") if type(h).__name__ == "CheckpointLoader")
@@ -272,8 +296,13 @@ def test_shrink_perturb_acts_after_loading_the_pretrained_encoder(override, appl
     """By default the loaded encoder is fine-tuned as it is (the paper's fine-tuning). With ``--shrink_perturb
     "[0.5, 1.0]"`` its convolution weights become 0.5 * w + 1.0 * w0 on STARTED, after the CheckpointLoader; random
     initialisation has nothing to shrink and a frozen encoder is evaluated as pre-trained."""
-    wf = ConfigWorkflow(config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(demo_root),
-                        run_id="run", **{**TINY_FT, **override})
+    wf = ConfigWorkflow(
+        config_file=str(DEMO / "train.json"),
+        workflow_type=None,
+        bundle_root=str(demo_root),
+        run_id="run",
+        **{**TINY_FT, **override},
+    )
     wf.initialize()
     trainer, net = wf.parser.get_parsed_content("train#trainer"), wf.parser.get_parsed_content("network")
     handlers = wf.parser.get_parsed_content("train#handlers")
@@ -287,8 +316,13 @@ def test_shrink_perturb_acts_after_loading_the_pretrained_encoder(override, appl
     loader(trainer)
     shrink[0](trainer)
     torch.manual_seed(TINY_FT.get("seed", 0))
-    fresh = BasicUNet(spatial_dims=2, in_channels=1, out_channels=4, features=TINY["features"],
-                      norm=wf.parser.get_parsed_content("norm")).state_dict()
+    fresh = BasicUNet(
+        spatial_dims=2,
+        in_channels=1,
+        out_channels=4,
+        features=TINY["features"],
+        norm=wf.parser.get_parsed_content("norm"),
+    ).state_dict()
     for key, value in encoder.items():
         expected = 0.5 * value + fresh[key] if key.endswith("conv.weight") else value
         torch.testing.assert_close(net.state_dict()[key], expected, rtol=0, atol=1e-6, msg=key)
@@ -298,8 +332,15 @@ def test_inference_writes_label_maps_with_the_input_geometry(demo_root, tmp_path
     image = demo_root / "outputs" / "phantom" / "training" / "patient001" / "patient001_frame01.nii.gz"
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "case.nii.gz").symlink_to(image)
-    _run("inference.json", "run", demo_root, dataset_dir=str(tmp_path / "in"), output_dir=str(tmp_path / "out"),
-         image_size=[32, 32], features=TINY["features"])
+    _run(
+        "inference.json",
+        "run",
+        demo_root,
+        dataset_dir=str(tmp_path / "in"),
+        output_dir=str(tmp_path / "out"),
+        image_size=[32, 32],
+        features=TINY["features"],
+    )
     out = nib.load(str(next((tmp_path / "out").glob("*seg.nii.gz"))))
     ref = nib.load(str(image))
     assert out.shape == ref.shape
@@ -319,7 +360,10 @@ def test_demo_chain_runs_the_three_workflows_on_its_own_budget(monkeypatch):
     parser.read_config(str(DEMO / "demo.json"))
     parser.get_parsed_content("run")
     assert [(run_id, Path(kw["config_file"]).name) for run_id, kw in calls] == [
-        ("pretrain", "pretrain.json"), ("run", "train.json"), ("run", "evaluate.json")]
+        ("pretrain", "pretrain.json"),
+        ("run", "train.json"),
+        ("run", "evaluate.json"),
+    ]
     (_, pretrain), (_, finetune), (_, evaluate) = calls
     assert pretrain["method"] == finetune["init"] == evaluate["init"] == "gcl"
     assert finetune["num_labeled"] == evaluate["num_labeled"] == 1
@@ -331,10 +375,25 @@ def test_demo_chain_runs_the_three_workflows_on_its_own_budget(monkeypatch):
 
 
 def test_ckpt_export_torchscript(demo_root, tmp_path):
-    cmd = [sys.executable, "-m", "monai.bundle", "ckpt_export", "network_def", "--filepath", str(tmp_path / "model.ts"),
-           "--ckpt_file", str(demo_root / "models" / "model.pt"), "--meta_file", str(DEMO / "metadata.json"),
-           "--config_file", str(DEMO / "inference.json"), "--bundle_root", str(demo_root), "--features",
-           json.dumps(TINY["features"])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "monai.bundle",
+        "ckpt_export",
+        "network_def",
+        "--filepath",
+        str(tmp_path / "model.ts"),
+        "--ckpt_file",
+        str(demo_root / "models" / "model.pt"),
+        "--meta_file",
+        str(DEMO / "metadata.json"),
+        "--config_file",
+        str(DEMO / "inference.json"),
+        "--bundle_root",
+        str(demo_root),
+        "--features",
+        json.dumps(TINY["features"]),
+    ]
     subprocess.run(cmd, check=True, cwd=REPO, capture_output=True)
     ts = torch.jit.load(str(tmp_path / "model.ts"))
     assert ts(torch.rand(1, 1, 32, 32)).shape == (1, 4, 32, 32)
@@ -350,11 +409,29 @@ def test_onnx_export_matches_pytorch_on_a_phantom_slice(demo_root, tmp_path):
     from monai.bundle import ConfigParser
 
     converter = "{'input_names': ['image'], 'output_names': ['pred'], 'dynamic_axes': {'image': {0: 'batch'}}}"
-    cmd = [sys.executable, "-m", "monai.bundle", "onnx_export", "network_def", "--filepath",
-           str(tmp_path / "model.onnx"), "--ckpt_file", str(demo_root / "models" / "model.pt"), "--meta_file",
-           str(DEMO / "metadata.json"), "--config_file", str(DEMO / "inference.json"), "--bundle_root", str(demo_root),
-           "--features", json.dumps(TINY["features"]), "--input_shape", "[1, 1, 32, 32]", "--converter_kwargs",
-           converter]
+    cmd = [
+        sys.executable,
+        "-m",
+        "monai.bundle",
+        "onnx_export",
+        "network_def",
+        "--filepath",
+        str(tmp_path / "model.onnx"),
+        "--ckpt_file",
+        str(demo_root / "models" / "model.pt"),
+        "--meta_file",
+        str(DEMO / "metadata.json"),
+        "--config_file",
+        str(DEMO / "inference.json"),
+        "--bundle_root",
+        str(demo_root),
+        "--features",
+        json.dumps(TINY["features"]),
+        "--input_shape",
+        "[1, 1, 32, 32]",
+        "--converter_kwargs",
+        converter,
+    ]
     subprocess.run(cmd, check=True, cwd=REPO, capture_output=True)
 
     parser = ConfigParser()
@@ -409,8 +486,17 @@ def test_pixel_weight_scales_the_pixel_losses(demo_root):
 
 def _pretrain_cmd(root, epochs):
     overrides = {**TINY, "epochs": epochs}
-    args = [sys.executable, "-m", "monai.bundle", "run", "pretrain", "--config_file", str(DEMO / "pretrain.json"),
-            "--bundle_root", str(root)]
+    args = [
+        sys.executable,
+        "-m",
+        "monai.bundle",
+        "run",
+        "pretrain",
+        "--config_file",
+        str(DEMO / "pretrain.json"),
+        "--bundle_root",
+        str(root),
+    ]
     for k, v in overrides.items():
         args += [f"--{k}", json.dumps(v)]
     return args
@@ -450,8 +536,13 @@ def test_views_on_device_pretrains_through_the_bundle(tmp_path):
 
 def test_missing_dataset_dir_fails_before_work(tmp_path):
     cfg = str(REPO / "bundles" / "gcl_acdc" / "configs" / "pretrain.json")
-    wf = ConfigWorkflow(config_file=cfg, workflow_type=None, bundle_root=str(tmp_path), run_id="pretrain",
-                        dataset_dir=str(tmp_path / "nowhere"))
+    wf = ConfigWorkflow(
+        config_file=cfg,
+        workflow_type=None,
+        bundle_root=str(tmp_path),
+        run_id="pretrain",
+        dataset_dir=str(tmp_path / "nowhere"),
+    )
     with pytest.raises(Exception) as excinfo:
         wf.initialize()
     messages = _messages(excinfo.value)
@@ -459,13 +550,26 @@ def test_missing_dataset_dir_fails_before_work(tmp_path):
     assert not (tmp_path / "outputs" / "split.json").exists()
 
 
-@pytest.mark.parametrize(("config", "switch"), [("pretrain.json", "pixel_branch"), ("pretrain.json", "mitigate"),
-                                              ("train.json", "freeze_encoder"), ("train.json", "dice_batch")])
+@pytest.mark.parametrize(
+    ("config", "switch"),
+    [
+        ("pretrain.json", "pixel_branch"),
+        ("pretrain.json", "mitigate"),
+        ("train.json", "freeze_encoder"),
+        ("train.json", "dice_batch"),
+    ],
+)
 def test_a_switch_given_as_a_string_fails_before_work(config, switch, tmp_path):
     """``--pixel_branch false`` on the command line is the string "false", which Python reads as true."""
     cfg = str(REPO / "bundles" / "gcl_acdc" / "configs" / config)
-    wf = ConfigWorkflow(config_file=cfg, workflow_type=None, bundle_root=str(tmp_path), run_id="run",
-                        dataset_dir=str(tmp_path / "nowhere"), **{switch: "false"})
+    wf = ConfigWorkflow(
+        config_file=cfg,
+        workflow_type=None,
+        bundle_root=str(tmp_path),
+        run_id="run",
+        dataset_dir=str(tmp_path / "nowhere"),
+        **{switch: "false"},
+    )
     with pytest.raises(Exception) as excinfo:
         wf.initialize()
     messages = _messages(excinfo.value)
@@ -498,8 +602,13 @@ def test_loader_workers_on_cuda_only(config, cuda, monkeypatch):
 @pytest.mark.parametrize("precision", ["medium", "bogus"])
 def test_pretraining_sets_the_float32_matmul_precision(precision, tmp_path):
     """``float32_matmul_precision`` reaches torch before the run; a value torch would ignore is refused by name."""
-    wf = ConfigWorkflow(config_file=str(DEMO / "pretrain.json"), workflow_type=None, bundle_root=str(tmp_path),
-                        run_id="pretrain", **{**TINY, "float32_matmul_precision": precision})
+    wf = ConfigWorkflow(
+        config_file=str(DEMO / "pretrain.json"),
+        workflow_type=None,
+        bundle_root=str(tmp_path),
+        run_id="pretrain",
+        **{**TINY, "float32_matmul_precision": precision},
+    )
     try:
         if precision == "bogus":
             with pytest.raises(Exception) as error:

@@ -33,9 +33,15 @@ def test_pretraining_from_a_dicom_folder(tmp_path):
     archive = write_phantom_dicom(tmp_path / "archive", num_patients=3, image_size=(32, 32), layout="per_slice")
     (archive / "notes.txt").write_text("not DICOM")
     root = tmp_path / "bundle"
-    wf = ConfigWorkflow(config_file=str(CONFIGS / "pretrain.json"), workflow_type=None, run_id="pretrain",
-                        bundle_root=str(root), dataset_dir=str(archive),
-                        meta_labels=["patient_id", "slice_quantile", "cardiac_phase", "MagneticFieldStrength"], **TINY)
+    wf = ConfigWorkflow(
+        config_file=str(CONFIGS / "pretrain.json"),
+        workflow_type=None,
+        run_id="pretrain",
+        bundle_root=str(root),
+        dataset_dir=str(archive),
+        meta_labels=["patient_id", "slice_quantile", "cardiac_phase", "MagneticFieldStrength"],
+        **TINY,
+    )
     wf.initialize()
     wf.run()
     wf.finalize()
@@ -89,9 +95,26 @@ def test_inference_from_dicom_writes_nifti_and_seg_and_names_unreadable_series(t
     model = _model(tmp_path / "model.pt", dicom_inference_cases(archive / "cine_b", tmp_path / "probe")[0])
 
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "monai.bundle", "run", "--config_file", str(CONFIGS / "inference.json"),
-           "--dataset_dir", str(archive), "--output_dir", str(out), "--handlers#0#load_path", str(model),
-           "--image_size", "[32, 32]", "--features", json.dumps(FEATURES), "--keep_largest_component", "False"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "monai.bundle",
+        "run",
+        "--config_file",
+        str(CONFIGS / "inference.json"),
+        "--dataset_dir",
+        str(archive),
+        "--output_dir",
+        str(out),
+        "--handlers#0#load_path",
+        str(model),
+        "--image_size",
+        "[32, 32]",
+        "--features",
+        json.dumps(FEATURES),
+        "--keep_largest_component",
+        "False",
+    ]
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
     assert result.returncode != 0
     assert "2 of 6 case(s) could not be segmented (the other 4 were written)" in result.stderr

@@ -50,8 +50,10 @@ def test_inference_datalist_lists_every_frame_of_a_4d_series(tmp_path):
 
 
 def test_select_frame():
-    cine = MetaTensor(torch.arange(3 * 2 * 2 * 2, dtype=torch.float32).reshape(3, 2, 2, 2),
-                      meta={"filename_or_obj": "/d/p1_4d.nii.gz"})
+    cine = MetaTensor(
+        torch.arange(3 * 2 * 2 * 2, dtype=torch.float32).reshape(3, 2, 2, 2),
+        meta={"filename_or_obj": "/d/p1_4d.nii.gz"},
+    )
     out = SelectFramed("image")({"image": cine, "frame": 1})["image"]
     assert torch.equal(out, cine[1:2]) and out.meta["filename_or_obj"] == "/d/p1_4d_frame01.nii.gz"
     assert cine.meta["filename_or_obj"] == "/d/p1_4d.nii.gz"
@@ -86,9 +88,25 @@ def model_file(tmp_path_factory):
 
 
 def _infer(folder: Path, out: Path, model: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "monai.bundle", "run", "--config_file", str(DEMO / "inference.json"),
-           "--dataset_dir", str(folder), "--output_dir", str(out), "--handlers#0#load_path", str(model),
-           "--image_size", "[32, 32]", "--features", str(FEATURES), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "monai.bundle",
+        "run",
+        "--config_file",
+        str(DEMO / "inference.json"),
+        "--dataset_dir",
+        str(folder),
+        "--output_dir",
+        str(out),
+        "--handlers#0#load_path",
+        str(model),
+        "--image_size",
+        "[32, 32]",
+        "--features",
+        str(FEATURES),
+        *extra,
+    ]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={"OMP_NUM_THREADS": "1", **_env()})
 
 
@@ -111,8 +129,7 @@ def test_folder_with_bad_cases_writes_the_good_ones_and_fails_at_the_end(tmp_pat
     result = _infer(folder, tmp_path / "out", model_file)
     assert result.returncode != 0
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert written == ["cine_frame00_seg.nii.gz", "cine_frame01_seg.nii.gz", "good_seg.nii.gz",
-                       "partly_nan_seg.nii.gz"]
+    assert written == ["cine_frame00_seg.nii.gz", "cine_frame01_seg.nii.gz", "good_seg.nii.gz", "partly_nan_seg.nii.gz"]
     for name in written:
         seg = nib.load(str(tmp_path / "out" / name))
         assert seg.shape == (40, 36, 3)

@@ -235,8 +235,10 @@ def test_prostate_msd(tmp_path: Path):
 
 @pytest.mark.parametrize(
     "remove, message",
-    [("masks/Case07_Segmentation.nii.gz", r"Case07\.nii\.gz: no matching label"),
-     ("images/Case07.nii.gz", r"Case07_Segmentation\.nii\.gz: label file without a matching image")],
+    [
+        ("masks/Case07_Segmentation.nii.gz", r"Case07\.nii\.gz: no matching label"),
+        ("images/Case07.nii.gz", r"Case07_Segmentation\.nii\.gz: label file without a matching image"),
+    ],
 )
 def test_prostate_unpaired(tmp_path: Path, remove: str, message: str):
     for case in ("Case00", "Case07"):
@@ -293,8 +295,15 @@ def json_dataset(tmp_path: Path) -> Path:
     for i, (patient, state, scanner) in enumerate([("p2", "ES", "siemens"), ("p1", "ED", "ge"), ("p1", "ES", "ge")]):
         write_nifti(tmp_path / "img" / f"v{i}.nii.gz")
         write_nifti(tmp_path / "lab" / f"v{i}.nii.gz")
-        entries.append({"image": f"img/v{i}.nii.gz", "label": f"lab/v{i}.nii.gz", "patient_id": patient,
-                        "organ_state": state, "scanner": scanner})
+        entries.append(
+            {
+                "image": f"img/v{i}.nii.gz",
+                "label": f"lab/v{i}.nii.gz",
+                "patient_id": patient,
+                "organ_state": state,
+                "scanner": scanner,
+            }
+        )
     path = tmp_path / "mydata.json"
     path.write_text(json.dumps({"name": "MyData", "training": entries}))
     return path

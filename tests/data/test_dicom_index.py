@@ -30,8 +30,12 @@ def test_both_cine_layouts_give_one_volume_per_patient_and_phase_in_position_ord
     write_phantom_dicom(tmp_path, num_patients=2, image_size=SIZE, layout=layout)
     index = index_dicom(tmp_path)
     assert index.skipped == [] and index.non_dicom == []
-    assert sorted((v.patient, v.phase) for v in index.volumes) == [("patient001", 0), ("patient001", 1),
-                                                                   ("patient002", 0), ("patient002", 1)]
+    assert sorted((v.patient, v.phase) for v in index.volumes) == [
+        ("patient001", 0),
+        ("patient001", 1),
+        ("patient002", 0),
+        ("patient002", 1),
+    ]
     for volume in index.volumes:
         info, frames = _phantom(0, int(volume.patient[-3:]) - 1, 2)
         assert len(volume.files) == frames[1][0].shape[2]
@@ -75,23 +79,39 @@ def test_messy_archive_is_indexed_and_every_problem_named(tmp_path):
     series = pydicom.uid.generate_uid()
     for n, path in enumerate(pt3):
         position = [str(-20.0 + 8.0 * n), "0", "0"]
-        _edit(path, root / "pt003" / "la" / f"{n}.dcm", ImageOrientationPatient=long_axis, SeriesInstanceUID=series,
-              SOPInstanceUID=pydicom.uid.generate_uid(), ImagePositionPatient=position)
-    _edit(pt3[0], root / "pt003" / "loc.dcm", ImageOrientationPatient=["1", "0", "0", "0", "1", "0"],
-          SOPInstanceUID=pydicom.uid.generate_uid())
+        _edit(
+            path,
+            root / "pt003" / "la" / f"{n}.dcm",
+            ImageOrientationPatient=long_axis,
+            SeriesInstanceUID=series,
+            SOPInstanceUID=pydicom.uid.generate_uid(),
+            ImagePositionPatient=position,
+        )
+    _edit(
+        pt3[0],
+        root / "pt003" / "loc.dcm",
+        ImageOrientationPatient=["1", "0", "0", "0", "1", "0"],
+        SOPInstanceUID=pydicom.uid.generate_uid(),
+    )
 
     index = index_dicom(root)
     assert sorted(index.non_dicom) == [str(root / "notes.txt"), str(root / "pt002" / "thumbs.db")]
-    kept = [(v.patient, v.phase, len(v.files), tuple(np.round(v.headers[0]["ImageOrientationPatient"], 3)))
-            for v in index.volumes]
+    kept = [
+        (v.patient, v.phase, len(v.files), tuple(np.round(v.headers[0]["ImageOrientationPatient"], 3)))
+        for v in index.volumes
+    ]
     num_slices = [_phantom(0, i, 3)[1][1][0].shape[2] for i in range(3)]
     sa = tuple(np.round(pydicom.dcmread(pt3[0]).ImageOrientationPatient, 3))
-    assert sorted(kept) == sorted([
-        ("patient001", 0, num_slices[0], sa), ("patient001", 1, num_slices[0], sa),
-        ("patient002", 0, num_slices[1], sa),  # its ES volume lost a slice
-        ("patient003", 0, num_slices[2], sa), ("patient003", 1, num_slices[2], sa),
-        ("patient003", 0, num_slices[2], (0.0, 1.0, 0.0, 0.0, 0.0, -1.0)),  # second orientation: its own stack
-    ])
+    assert sorted(kept) == sorted(
+        [
+            ("patient001", 0, num_slices[0], sa),
+            ("patient001", 1, num_slices[0], sa),
+            ("patient002", 0, num_slices[1], sa),  # its ES volume lost a slice
+            ("patient003", 0, num_slices[2], sa),
+            ("patient003", 1, num_slices[2], sa),
+            ("patient003", 0, num_slices[2], (0.0, 1.0, 0.0, 0.0, 0.0, -1.0)),  # second orientation: its own stack
+        ]
+    )
     by_file = {f: s for s in index.skipped for f in s.files}
     missing = by_file[str(es[0] if es[0] != lost else es[1])]
     assert "slice missing at" in missing.reason

@@ -34,8 +34,9 @@ NUM_PATIENTS = 3
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory):
-    return write_phantom_dicom(tmp_path_factory.mktemp("dicom"), NUM_PATIENTS, seed=0, image_size=SIZE,
-                               layout="per_slice")
+    return write_phantom_dicom(
+        tmp_path_factory.mktemp("dicom"), NUM_PATIENTS, seed=0, image_size=SIZE, layout="per_slice"
+    )
 
 
 def test_cardiac_phase_bins_by_hand():
@@ -72,10 +73,17 @@ def test_volumes_are_converted_once(archive, tmp_path):
 
 
 def test_dicom_keywords_are_meta_labels_and_patient_ids_can_be_hashed(archive, tmp_path):
-    datalist = read_dicom(archive, ["patient_id", "MagneticFieldStrength", "InstitutionName"], tmp_path,
-                          hash_patient_id=True, salt="s3cret")
-    site = {hash_patient(f"patient{i + 1:03d}", "s3cret"): ("1.5", "Site A") if i % 2 == 0 else ("3.0", "Site B")
-            for i in range(NUM_PATIENTS)}
+    datalist = read_dicom(
+        archive,
+        ["patient_id", "MagneticFieldStrength", "InstitutionName"],
+        tmp_path,
+        hash_patient_id=True,
+        salt="s3cret",
+    )
+    site = {
+        hash_patient(f"patient{i + 1:03d}", "s3cret"): ("1.5", "Site A") if i % 2 == 0 else ("3.0", "Site B")
+        for i in range(NUM_PATIENTS)
+    }
     assert sorted({d["patient"] for d in datalist}) == sorted(site)
     for item in datalist:
         assert "series" not in item  # the UIDs are left out of pseudonymised entries too
@@ -121,12 +129,27 @@ def test_datalist_command_writes_entries_and_a_summary_of_what_was_skipped(archi
     ds.NumberOfFrames = 3
     ds.save_as(root / "multiframe.dcm")
     out = tmp_path / "out" / "datalist.json"
-    assert main([str(root), "--output", str(out), "--cache-dir", str(tmp_path / "cache"),
-                 "--meta-labels", "patient_id", "cardiac_phase", "Manufacturer"]) == 0
+    assert (
+        main(
+            [
+                str(root),
+                "--output",
+                str(out),
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--meta-labels",
+                "patient_id",
+                "cardiac_phase",
+                "Manufacturer",
+            ]
+        )
+        == 0
+    )
     content = json.loads(out.read_text())
     assert len(content["training"]) == 2 * NUM_PATIENTS
     assert content["summary"]["non_dicom_files"] == 1 and content["summary"]["non_dicom_examples"] == [
-        str(root / "README.txt")]
+        str(root / "README.txt")
+    ]
     (skip,) = content["summary"]["skipped"]
     assert skip["files"] == [str(root / "multiframe.dcm")] and skip["reason"].startswith("multi-frame image")
     printed = capsys.readouterr().out
@@ -143,8 +166,7 @@ def test_dicom_datalist_flows_downstream_unchanged(archive, tmp_path, monkeypatc
     assert {d["dataset"] for d in datalist} == {"dicom"}
     split = split_patients(datalist, num_pretrain=1, num_val=1, num_test=1, seed=0, stratify_key=None)
     assert sum(len(v) for v in split.values()) == len(datalist)
-    slices = volume_transforms(image_size=16, meta_keys=["patient_id", "cardiac_phase"], with_label=False)(
-        datalist[0])
+    slices = volume_transforms(image_size=16, meta_keys=["patient_id", "cardiac_phase"], with_label=False)(datalist[0])
     assert len(slices) == datalist[0]["num_slices"]
     assert [int(s["slice_quantile"]) for s in slices] == sorted(int(s["slice_quantile"]) for s in slices)
     assert {int(s["cardiac_phase"]) for s in slices} == {datalist[0]["cardiac_phase"]}

@@ -190,9 +190,7 @@ def test_real_acdc_volumes_keep_their_labels():
 
 
 def _epoch_views(ds: SliceDataset, num_workers: int, epochs=(1, 2)) -> list[torch.Tensor]:
-    loader = DataLoader(
-        ds, batch_size=4, shuffle=False, num_workers=num_workers, persistent_workers=num_workers > 0
-    )
+    loader = DataLoader(ds, batch_size=4, shuffle=False, num_workers=num_workers, persistent_workers=num_workers > 0)
     views = []
     for epoch in epochs:
         ds.set_epoch_seed(100 + epoch)

@@ -26,8 +26,9 @@ def acdc_like(num_per_group: int = 8) -> list[dict]:
         for i in range(num_per_group):
             patient = f"patient{g * 20 + i + 1:03d}"
             for state in (0, 1):
-                datalist.append({"image": f"{patient}_{state}.h5#image", "patient": patient, "organ_state": state,
-                                 "group": group})
+                datalist.append(
+                    {"image": f"{patient}_{state}.h5#image", "patient": patient, "organ_state": state, "group": group}
+                )
     return datalist
 
 

@@ -19,20 +19,25 @@ CHANCE = math.log(31)  # batch of 16 images, two views
 def _rows(n=10, std_end=0.03):
     rows = []
     for t in range(n):
-        rows.append({
-            "iteration": t + 1.0,
-            "batch_size": 16.0,
-            "img/a": 3.5 - 0.05 * t,  # 3.50 .. 3.05
-            "img/b": CHANCE + 0.001 * (t % 2),  # stays at chance
-            "pix/a": 2.0,
-            "pix/b": 1.0 - 0.1 * t,
-            "std/img": 0.02 + (std_end - 0.02) * t / (n - 1),
-            "cos/img": 0.9 - 0.05 * t,
-            "cos_0_1": -0.3, "cos_1_0": -0.3 if t < n - 1 else -0.1,
-            "target_0_1": -0.01 * t, "target_1_0": -0.02 * t,
-            "acted_0_1": 1.0 if t % 2 else 0.0, "acted_1_0": 0.5,
-            "change": 0.1,
-        })
+        rows.append(
+            {
+                "iteration": t + 1.0,
+                "batch_size": 16.0,
+                "img/a": 3.5 - 0.05 * t,  # 3.50 .. 3.05
+                "img/b": CHANCE + 0.001 * (t % 2),  # stays at chance
+                "pix/a": 2.0,
+                "pix/b": 1.0 - 0.1 * t,
+                "std/img": 0.02 + (std_end - 0.02) * t / (n - 1),
+                "cos/img": 0.9 - 0.05 * t,
+                "cos_0_1": -0.3,
+                "cos_1_0": -0.3 if t < n - 1 else -0.1,
+                "target_0_1": -0.01 * t,
+                "target_1_0": -0.02 * t,
+                "acted_0_1": 1.0 if t % 2 else 0.0,
+                "acted_1_0": 0.5,
+                "change": 0.1,
+            }
+        )
     return rows
 
 
@@ -84,9 +89,30 @@ def test_parse_overrides():
 
 def test_diagnose_end_to_end_on_the_phantom(tmp_path, capsys):
     out = tmp_path / "diag"
-    argv = ["--config_file", str(REPO / "bundles" / "gcl_demo" / "configs" / "pretrain.json"), "--output_dir", str(out),
-            "--iterations", "3", "--num_patients", "6", "--num_pretrain", "2", "--num_val", "1", "--num_test", "1",
-            "--image_size", "[32,32]", "--features", "[4,4,8,8,16,4]", "--batch_size", "4", "--epochs", "2"]
+    argv = [
+        "--config_file",
+        str(REPO / "bundles" / "gcl_demo" / "configs" / "pretrain.json"),
+        "--output_dir",
+        str(out),
+        "--iterations",
+        "3",
+        "--num_patients",
+        "6",
+        "--num_pretrain",
+        "2",
+        "--num_val",
+        "1",
+        "--num_test",
+        "1",
+        "--image_size",
+        "[32,32]",
+        "--features",
+        "[4,4,8,8,16,4]",
+        "--batch_size",
+        "4",
+        "--epochs",
+        "2",
+    ]
     assert main(argv) == 0
     rows = list(csv.DictReader(open(out / "trajectory.csv")))
     assert [float(r["iteration"]) for r in rows] == [1.0, 2.0, 3.0]
@@ -103,8 +129,20 @@ def test_diagnose_end_to_end_on_the_phantom(tmp_path, capsys):
 
 ACDC = Path(os.environ.get("GCL_DATA_ROOT", REPO.parent / "shared" / "data")) / "acdc"
 # a small real-data setting: 12 ACDC pre-training patients, 64 x 64 slices, batch 16, 40 iterations
-SMALL_ACDC = ["--dataset_dir", str(ACDC), "--iterations", "40", "--num_pretrain", "12", "--image_size", "[64,64]",
-              "--batch_size", "16", "--epochs", "4"]
+SMALL_ACDC = [
+    "--dataset_dir",
+    str(ACDC),
+    "--iterations",
+    "40",
+    "--num_pretrain",
+    "12",
+    "--image_size",
+    "[64,64]",
+    "--batch_size",
+    "16",
+    "--epochs",
+    "4",
+]
 
 
 def _diagnose_acdc(tmp_path, *overrides):

@@ -127,8 +127,11 @@ def test_non_finite_input_stops_with_the_meta_labels_named_and_no_update():
     before = copy.deepcopy(net.state_dict())
     trainer.state.device = torch.device("cpu")
     trainer.state.iteration = 1
-    with pytest.raises(RuntimeError, match=r"non-finite loss for meta label\(s\) \['patient_id', 'slice_quantile', "
-                                           r"'organ_state'\] at iteration 1"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"non-finite loss for meta label\(s\) \['patient_id', 'slice_quantile', "
+        r"'organ_state'\] at iteration 1",
+    ):
         trainer._iteration(trainer, batch)
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items() if "running" not in k)
 
@@ -220,7 +223,9 @@ def test_atomic_checkpoints_are_complete_whenever_they_exist(tmp_path, monkeypat
     monkeypatch.setattr(torch, "save", spying_save)
     trainer.run()
     assert [Path(latest).name if latest else None for _, latest in seen] == [
-        None, "checkpoint_epoch=1.pt", "checkpoint_epoch=2.pt"
+        None,
+        "checkpoint_epoch=1.pt",
+        "checkpoint_epoch=2.pt",
     ]
     assert not any(target.startswith("checkpoint") for target, _ in seen), seen
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_epoch=2.pt", "checkpoint_epoch=3.pt"]

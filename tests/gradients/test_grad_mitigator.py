@@ -89,8 +89,15 @@ def test_hand_computed_2d_case():
     # both pairs corrected; |out - mean| / |mean| with mean = [0, 1/2]: sqrt(2) (1/4 - 1/(4 sqrt 7)) / (1/2)
     change = 2 * math.sqrt(2) * (0.25 - 1 / (4 * math.sqrt(7)))
     assert mitigator.summary() == pytest.approx(
-        {"cos_0_1": w, "cos_1_0": w, "target_0_1": t, "target_1_0": t, "acted_0_1": 1.0, "acted_1_0": 1.0,
-         "change": change}
+        {
+            "cos_0_1": w,
+            "cos_1_0": w,
+            "target_0_1": t,
+            "target_1_0": t,
+            "acted_0_1": 1.0,
+            "acted_1_0": 1.0,
+            "change": change,
+        }
     )
     assert mitigator.step == 1
     # Law of Sines: right after a correction the cosine equals the target.

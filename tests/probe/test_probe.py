@@ -86,7 +86,7 @@ def test_the_encoder_of_a_pretraining_network_gives_its_features():
     net = GCLNet(features=FEATURES, norm="batch").eval()
     encoder = FrozenEncoder(FEATURES, "batch", (2, 2)).load_encoder(net.encoder_state_dict(), "net")
     x = torch.rand(2, 1, 32, 32)
-    deepest = encoder(x)[:, -FEATURES[4]:]
+    deepest = encoder(x)[:, -FEATURES[4] :]
     torch.testing.assert_close(deepest, net(x)["features"])  # 32 / 16 = 2: the deepest level is not resized
     assert encoder(x).shape == (2, sum(FEATURES[:5]), 2, 2)
 
@@ -195,8 +195,17 @@ def test_the_probe_command_refuses_a_bad_mode(tmp_path):
 
 def _pretrain(root, **override):
     """The demo's pre-training in a process of its own, on one thread (bit-for-bit reproducible on a CPU)."""
-    args = [sys.executable, "-m", "monai.bundle", "run", "pretrain", "--config_file", str(DEMO / "pretrain.json"),
-            "--bundle_root", str(root)]
+    args = [
+        sys.executable,
+        "-m",
+        "monai.bundle",
+        "run",
+        "pretrain",
+        "--config_file",
+        str(DEMO / "pretrain.json"),
+        "--bundle_root",
+        str(root),
+    ]
     for k, v in {**PROBE_TINY, "epochs": 2, **override}.items():
         args += [f"--{k}", json.dumps(v)]
     subprocess.run(args, check=True, cwd=REPO, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -229,8 +238,13 @@ def test_curves_of_several_runs_with_a_method_mean(tmp_path):
     reference = tmp_path / "random.json"
     reference.write_text(json.dumps({"dice": 0.36}))
     out = tmp_path / "curves"
-    assert main([str(tmp_path / n) for n in ("gcl", "gcl_p1", "simclr")] + ["--output_dir", str(out),
-                "--reference", f"random={reference}"]) == 0
+    assert (
+        main(
+            [str(tmp_path / n) for n in ("gcl", "gcl_p1", "simclr")]
+            + ["--output_dir", str(out), "--reference", f"random={reference}"]
+        )
+        == 0
+    )
     md = (out / "curves.md").read_text()
     assert "| **gcl, mean** | 0.410 (n=2) | 0.480 (n=2) |" in md and "| random (reference) | 0.360 | 0.360 |" in md
     assert method_of("simclr_p12") == "simclr" and (out / "curves.csv").read_text().count("\n") == 7

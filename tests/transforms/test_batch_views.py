@@ -284,8 +284,14 @@ def relative_noise(views, slices):
 def test_intensity_step_statistics_match_contrastive_views(slices, step, statistic):
     """Each intensity step alone (no geometry): a statistic that recovers its random strength (its distribution, its
     mean change and mean absolute change), and how often the step acts."""
-    a, b = both_pipelines(slices, repeats=4 * REPEATS, crop_scale=(1.0, 1.0), flip_prob=0.0, rotate_prob=0.0,
-                          **{**INTENSITY_OFF, f"{step}_prob": 0.5})
+    a, b = both_pipelines(
+        slices,
+        repeats=4 * REPEATS,
+        crop_scale=(1.0, 1.0),
+        flip_prob=0.0,
+        rotate_prob=0.0,
+        **{**INTENSITY_OFF, f"{step}_prob": 0.5},
+    )
     # to 1e-4: an unchanged view gives the slice's value up to float rounding
     change_a, change_b = ((statistic(v, slices) - statistic(slices[:, None], slices)).round(decimals=4) for v in (a, b))
     assert_same_distribution(step, change_a, change_b)
@@ -307,8 +313,9 @@ def test_intensity_statistics_match_contrastive_views(slices):
 
 def test_blur_statistics_match_contrastive_views(slices):
     """Blur alone: how much it lowers the gradient, and how often it acts."""
-    a, b = both_pipelines(slices, crop_scale=(1.0, 1.0), flip_prob=0.0, rotate_prob=0.0, **{**INTENSITY_OFF,
-                          "blur_prob": 0.3})
+    a, b = both_pipelines(
+        slices, crop_scale=(1.0, 1.0), flip_prob=0.0, rotate_prob=0.0, **{**INTENSITY_OFF, "blur_prob": 0.3}
+    )
     # to 1e-4: an un-blurred view has a ratio of 1 up to float rounding
     ratio_a, ratio_b = ((gradient(v) / gradient(slices)[:, None]).round(decimals=4) for v in (a, b))
     assert_same_distribution("gradient ratio", ratio_a, ratio_b)

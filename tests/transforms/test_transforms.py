@@ -289,9 +289,7 @@ def test_volume_transforms_channel_label_map_and_zscore(tmp_path):
     label_xyz[10:15, 5:15] = 850
     label = write_nifti(tmp_path / "msd_gt.nii.gz", label_xyz)
     item = {"image": image, "label": label, "patient_id": 4, "channel": 1}
-    out = volume_transforms(image_size=16, meta_keys="patient_id", label_map={"205": 1, "850": 7}, intensity=None)(
-        item
-    )
+    out = volume_transforms(image_size=16, meta_keys="patient_id", label_map={"205": 1, "850": 7}, intensity=None)(item)
     assert out[0]["image"].shape == (1, 16, 16)
     assert [float(s["image"].max()) for s in out] == [0.0, 1.0, 2.0, 3.0]  # channel 1 kept
     assert set(torch.cat([s["label"].flatten() for s in out]).unique().tolist()) == {0.0, 1.0, 7.0}

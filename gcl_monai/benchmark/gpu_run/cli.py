@@ -48,33 +48,51 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
     )
     p.add_argument("--out", type=Path, required=True, help="where the call leaves what comes back ($OUT)")
     p.add_argument(
-        "--work", type=Path, default=Path(os.environ.get("GCL_GPU_RUN_WORK", "/tmp/gcl-gpu-run")),
+        "--work",
+        type=Path,
+        default=Path(os.environ.get("GCL_GPU_RUN_WORK", "/tmp/gcl-gpu-run")),
         help="the run's folder on this machine (default $GCL_GPU_RUN_WORK or /tmp/gcl-gpu-run)",
     )
     p.add_argument(
-        "--resume-from", type=Path, default=None,
+        "--resume-from",
+        type=Path,
+        default=None,
         help="a folder holding what an earlier call brought back (its run.tgz.* parts): on a machine whose work "
         "folder is empty the run resumes from it; ignored when the work folder already holds the run",
     )
-    p.add_argument("--budget", default="default", choices=[b for b in BUDGETS if b != "rehearse"] + ["rehearse"],
-                   help="the sizes of the steps (default: the cut that fits 25 minutes of an H100; paper: the "
-                   "paper's 300 + 300 epochs; rehearse: tiny, on a CPU)")
-    p.add_argument("--data-root", default=os.environ.get("GCL_DATA_ROOT"),
-                   help="folder holding acdc/ (default $GCL_DATA_ROOT; the rehearsal generates a phantom without it)")
+    p.add_argument(
+        "--budget",
+        default="default",
+        choices=[b for b in BUDGETS if b != "rehearse"] + ["rehearse"],
+        help="the sizes of the steps (default: the cut that fits 25 minutes of an H100; paper: the "
+        "paper's 300 + 300 epochs; rehearse: tiny, on a CPU)",
+    )
+    p.add_argument(
+        "--data-root",
+        default=os.environ.get("GCL_DATA_ROOT"),
+        help="folder holding acdc/ (default $GCL_DATA_ROOT; the rehearsal generates a phantom without it)",
+    )
     p.add_argument("--wait", type=float, default=DEFAULT_WAIT, help=f"seconds to wait (default {DEFAULT_WAIT})")
     p.add_argument(
-        "--collect", type=Path, default=None, metavar="RETURNED",
+        "--collect",
+        type=Path,
+        default=None,
+        metavar="RETURNED",
         help="do not run: copy the results of what a call brought back (RETURNED) into --out, as docs/results keeps "
         "an experiment (results.csv, table.md, report.md, the speed JSON, the diagnosis; no weights)",
     )
     p.add_argument(
-        "--make-carry", type=Path, default=None, metavar="RETURNED",
+        "--make-carry",
+        type=Path,
+        default=None,
+        metavar="RETURNED",
         help="do not run: pack what a call brought back (RETURNED) again into --out, within the "
         "room that the checkout and .offline/ leave under the 64 MiB that travel; weights that do not fit are left "
         "behind and run again on the fresh machine",
     )
     p.add_argument(
-        "--rehearse", action="store_true",
+        "--rehearse",
+        action="store_true",
         help="rehearse the whole runbook on this CPU at tiny sizes: separate commands, a machine given back mid-run "
         "and a fresh one resuming from what came back, every returned folder checked against the terms",
     )
@@ -110,8 +128,10 @@ def _prepare(args: argparse.Namespace, state: RunState) -> None:
     """The work folder holds the run afterwards: found there, restored from ``--resume-from``, or new."""
     if state.exists():
         if state.read()["budget"] != args.budget:
-            raise SystemExit(f"{state.path} holds a run of budget {state.read()['budget']!r}, not {args.budget!r}: "
-                             "use another --work.")
+            raise SystemExit(
+                f"{state.path} holds a run of budget {state.read()['budget']!r}, not {args.budget!r}: "
+                "use another --work."
+            )
         if args.resume_from is not None:
             logger.info("%s already holds the run: --resume-from %s is not needed.", args.work, args.resume_from)
         return
@@ -137,7 +157,11 @@ def _start_worker(work: Path) -> subprocess.Popen:
     with open(log, "a") as handle:
         worker = subprocess.Popen(
             [sys.executable, "-m", "gcl_monai.benchmark.gpu_run.worker", "--work", str(work)],
-            stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=root, env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=root,
+            env=env,
             start_new_session=True,
         )
     deadline = time.time() + _START_SECONDS
@@ -159,7 +183,9 @@ def main_gpu_run(argv: Sequence[str]) -> int:
         if args.out.exists():  # an earlier carry in the checkout would count against its own room
             foreign = [p.name for p in args.out.iterdir() if not _RETURNED_NAME.match(p.name)]
             if foreign:
-                raise SystemExit(f"--out {args.out} holds other files than a carry ({', '.join(foreign)}): not replaced.")
+                raise SystemExit(
+                    f"--out {args.out} holds other files than a carry ({', '.join(foreign)}): not replaced."
+                )
             shutil.rmtree(args.out)
         room = carry_room()
         manifest = repack(args.make_carry, args.out, room)
@@ -167,8 +193,10 @@ def main_gpu_run(argv: Sequence[str]) -> int:
         left = ", ".join(manifest["left_behind"]) or "nothing"
         print(f"{args.out}: {size / MIB:.2f} MiB of {room / MIB:.2f} MiB; left behind (run again there): {left}")
         if size > room:
-            print("The results and logs alone are over the room: carry less of .offline/ (e.g. no wheels the "
-                  "machine has) or drop the carry.")
+            print(
+                "The results and logs alone are over the room: carry less of .offline/ (e.g. no wheels the "
+                "machine has) or drop the carry."
+            )
             return 1
         return 0
     if args.rehearse:
@@ -202,8 +230,10 @@ def main_gpu_run(argv: Sequence[str]) -> int:
         print("The run goes on: run the same command again to wait for it and collect.")
         return 2
     if not state.finished():
-        print(f"Steps left to run or retry ({', '.join(state.steps_to_run())}): run the same command again "
-              f"(the worker's log: {args.work / 'logs' / 'worker.log'}).")
+        print(
+            f"Steps left to run or retry ({', '.join(state.steps_to_run())}): run the same command again "
+            f"(the worker's log: {args.work / 'logs' / 'worker.log'})."
+        )
         return 2
     failed = any(s["status"] == "failed" for s in current["steps"].values())
     return 1 if current["stopped"] or failed else 0

@@ -48,8 +48,15 @@ REPORT = "report.md"
 #: suffix, inside the archive, of a checkpoint whose floating-point tensors were stored as bfloat16
 BF16_SUFFIX = ".bf16"
 #: the files of the comparison's folder that :py:func:`collect` copies (what docs/results keeps of an experiment)
-COLLECTED = ("results.csv", "table.md", "plan.json", "split.json", "progress.log", "dice_vs_L.png",
-             "pretrain_curves.png")
+COLLECTED = (
+    "results.csv",
+    "table.md",
+    "plan.json",
+    "split.json",
+    "progress.log",
+    "dice_vs_L.png",
+    "pretrain_curves.png",
+)
 #: folders of the work folder never packed: the data (generated or unpacked on each machine)
 _LEFT_OUT_DIRS = ("data",)
 #: headroom for the tar and gzip framing around the files' bytes
@@ -57,7 +64,7 @@ _FRAMING = 1.02
 
 
 def _cast(value: Any, source: torch.dtype, target: torch.dtype) -> Any:
-    """``value`` (nested dicts, lists, tuples of tensors and other values) with every ``source`` tensor as ``target``."""
+    """``value`` (nested dicts, lists, tuples of tensors and other values), every ``source`` tensor as ``target``."""
     if isinstance(value, torch.Tensor):
         return value.to(target) if value.dtype == source else value
     if isinstance(value, dict):
@@ -137,8 +144,12 @@ def pack(work: Path, out: Path, report: str, extra: Iterable[Path] = (), terms: 
                 try:
                     if half:
                         converted = Path(tmp) / "checkpoint.bf16"
-                        torch.save(_cast(torch.load(path, map_location="cpu", weights_only=True), torch.float32,
-                                         torch.bfloat16), converted)
+                        torch.save(
+                            _cast(
+                                torch.load(path, map_location="cpu", weights_only=True), torch.float32, torch.bfloat16
+                            ),
+                            converted,
+                        )
                         path, relative = converted, relative + BF16_SUFFIX
                     size = path.stat().st_size
                     if used + size > room:
@@ -198,8 +209,10 @@ def unpack(returned: Path, work: Path) -> dict:
             tar.extractall(work, filter="data")
     for half in work.rglob(f"*{BF16_SUFFIX}"):
         full = half.with_name(half.name[: -len(BF16_SUFFIX)])
-        torch.save(_cast(torch.load(half, map_location="cpu", weights_only=True), torch.bfloat16, torch.float32),
-                   full.with_suffix(".tmp"))
+        torch.save(
+            _cast(torch.load(half, map_location="cpu", weights_only=True), torch.bfloat16, torch.float32),
+            full.with_suffix(".tmp"),
+        )
         os.replace(full.with_suffix(".tmp"), full)
         half.unlink()
     returned_state = json.loads((returned / STATE_FILE).read_text()) if (returned / STATE_FILE).exists() else {}
@@ -239,14 +252,19 @@ def _discard_pretraining(folder: Path) -> None:
     pretraining = _PRETRAIN_NAME.match(folder.name)
     owner = (pretraining["method"], int(pretraining["seed"] or 0))
     cells = [
-        cell for cell in sorted((experiment / "finetune").glob("*_L*"))
+        cell
+        for cell in sorted((experiment / "finetune").glob("*_L*"))
         if (match := _CELL_NAME.match(cell.name)) and (match["method"], int(match["seed"] or 0)) == owner
     ]
     moved = [folder, *cells]
     for path in moved:
         _discard(path)
-    logger.warning("The weights of %s stayed on the last machine: it pre-trains again; moved to %s: %s.", folder,
-                   experiment / "discarded", ", ".join(p.name for p in moved))
+    logger.warning(
+        "The weights of %s stayed on the last machine: it pre-trains again; moved to %s: %s.",
+        folder,
+        experiment / "discarded",
+        ", ".join(p.name for p in moved),
+    )
 
 
 def collect(returned: Path, into: Path) -> list[Path]:

@@ -49,8 +49,20 @@ class _Rehearsal:
 
     def command(self, name: str, machine: str, wait: float, resume: Path | None = None) -> tuple[int, Path]:
         out = self.out / name
-        argv = [sys.executable, "-m", "gcl_monai.benchmark", "gpu-run", "--budget", "rehearse", "--out", str(out),
-                "--work", str(self.out / machine), "--wait", str(wait)]
+        argv = [
+            sys.executable,
+            "-m",
+            "gcl_monai.benchmark",
+            "gpu-run",
+            "--budget",
+            "rehearse",
+            "--out",
+            str(out),
+            "--work",
+            str(self.out / machine),
+            "--wait",
+            str(wait),
+        ]
         argv += ["--resume-from", str(resume)] if resume is not None else []
         argv += ["--data-root", self.data_root] if self.data_root else []
         start = time.time()
@@ -123,8 +135,9 @@ def rehearse(out: Path, data_root: str | None = None) -> int:
     carry = run.out / "carry"
     argv = [sys.executable, "-m", "gcl_monai.benchmark", "gpu-run", "--make-carry", str(returned), "--out", str(carry)]
     with open(run.out / "make-carry.log", "w") as log:
-        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, cwd=steps.checkout_root(),
-                              check=False).returncode
+        code = subprocess.run(
+            argv, stdout=log, stderr=subprocess.STDOUT, cwd=steps.checkout_root(), check=False
+        ).returncode
     run.lines.append(f"| `{' '.join(argv[1:])}` | here | {code} | |")
     run.check("what came back is packed again to be carried", code == 0, f"exit code {code}")
     packed = json.loads((carry / STATE_FILE).read_text())["returned"]["packed"]
@@ -151,15 +164,24 @@ def rehearse(out: Path, data_root: str | None = None) -> int:
     folder = steps.experiment(machine_b, budget, machine_b / "data").folder
     rows = read_results(folder / "results.csv") if (folder / "results.csv").exists() else []
     expected = len(budget.methods) * len(budget.num_labeled) * budget.repeats * 2  # test and validation rows
-    run.check("every cell has its results, all ok", len(rows) == expected and all(r["status"] == "ok" for r in rows),
-              f"{len(rows)} rows of {expected}, statuses {sorted({r['status'] for r in rows})}")
+    run.check(
+        "every cell has its results, all ok",
+        len(rows) == expected and all(r["status"] == "ok" for r in rows),
+        f"{len(rows)} rows of {expected}, statuses {sorted({r['status'] for r in rows})}",
+    )
     log = (folder / "progress.log").read_text() if (folder / "progress.log").exists() else ""
     log = log.split(f"cells in {folder}")[-1]  # machine B's runs: the log came from A with the archive
     retrained = sorted(c for c in done_on_a if f"finetune {c}: starting" in log)
-    run.check("no fine-tuning cell finished on machine A was trained again on machine B", not retrained,
-              f"finished on A: {len(done_on_a)}; trained again: {', '.join(retrained) or 'none'}")
+    run.check(
+        "no fine-tuning cell finished on machine A was trained again on machine B",
+        not retrained,
+        f"finished on A: {len(done_on_a)}; trained again: {', '.join(retrained) or 'none'}",
+    )
     travelled = [p for p in packed if p.endswith(BF16_SUFFIX)]
     pretrain_b = {p.parent.name: read_status(p.parent).get("status") for p in folder.glob("pretrain/*/benchmark.json")}
-    run.check("every pre-training finished on machine B", set(pretrain_b.values()) == {"finished"},
-              f"{pretrain_b}; checkpoints carried as bfloat16: {', '.join(travelled) or 'none'}")
+    run.check(
+        "every pre-training finished on machine B",
+        set(pretrain_b.values()) == {"finished"},
+        f"{pretrain_b}; checkpoints carried as bfloat16: {', '.join(travelled) or 'none'}",
+    )
     return 0 if run.write() else 1

@@ -77,8 +77,10 @@ class RunState:
         if state["stopped"]:
             return []
         return [
-            name for name, step in state["steps"].items()
-            if step["status"] in ("pending", "running") or (step["status"] == "failed" and step["attempts"] < MAX_ATTEMPTS)
+            name
+            for name, step in state["steps"].items()
+            if step["status"] in ("pending", "running")
+            or (step["status"] == "failed" and step["attempts"] < MAX_ATTEMPTS)
         ]
 
     def finished(self) -> bool:

@@ -102,7 +102,7 @@ def relocate_splits(work: Path, old: str, new: str) -> list[Path]:
                 for key in ("image", "label"):
                     value = entry.get(key)
                     if isinstance(value, str) and value.startswith(old + "/"):
-                        entry[key] = new + value[len(old):]
+                        entry[key] = new + value[len(old) :]
                         if not Path(entry[key]).exists():
                             raise FileNotFoundError(f"{path}: {entry[key]} is not in this machine's data ({new}).")
         save_split(split, path)
@@ -129,8 +129,18 @@ def run_speed(work: Path, budget: GpuRunBudget) -> tuple[str, str]:
     if root is None:
         return "skipped", "benchmarks/ is not beside the package (an installed copy): run from a checkout"
     out = speed_file(work, budget)
-    argv = [sys.executable, "-m", "benchmarks.bench_pretrain_iteration", "--device", budget.device, *budget.speed,
-            "--note", f"gpu-run budget {budget.name}", "--out", str(out)]
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks.bench_pretrain_iteration",
+        "--device",
+        budget.device,
+        *budget.speed,
+        "--note",
+        f"gpu-run budget {budget.name}",
+        "--out",
+        str(out),
+    ]
     code = _run_logged(argv, Path(work) / "logs" / "speed.log", cwd=root)
     if code != 0 or not out.exists():
         return "failed", f"exit code {code}, see logs/speed.log"
@@ -164,10 +174,22 @@ def run_diagnose(work: Path, budget: GpuRunBudget, data: Path) -> tuple[str, str
     """
     out = Path(work) / "diagnose"
     config = default_bundle_dir() / DATASETS[DATASET][0] / "configs" / "pretrain.json"
-    overrides = {**budget.diagnose_overrides(), "dataset_dir": str(data / DATASETS[DATASET][1]),
-                 "device": f"$torch.device({budget.device!r})"}
-    argv = [sys.executable, "-m", "gcl_monai.diagnose", "--config_file", str(config), "--output_dir", str(out),
-            "--iterations", str(budget.diagnose_iterations)]
+    overrides = {
+        **budget.diagnose_overrides(),
+        "dataset_dir": str(data / DATASETS[DATASET][1]),
+        "device": f"$torch.device({budget.device!r})",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "gcl_monai.diagnose",
+        "--config_file",
+        str(config),
+        "--output_dir",
+        str(out),
+        "--iterations",
+        str(budget.diagnose_iterations),
+    ]
     for key, value in overrides.items():
         argv += [f"--{key}", value if isinstance(value, str) else repr(value)]
     code = _run_logged(argv, Path(work) / "logs" / "diagnose.log", cwd=checkout_root())

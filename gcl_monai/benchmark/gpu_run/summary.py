@@ -28,14 +28,19 @@ def speed_lines(speed: dict[str, Any], pretrain_epochs: int | None = None) -> li
     if "gcl" in variants and "simclr" in variants:
         gcl, simclr = variants["gcl"], variants["simclr"]
         lines += [
-            (f"- SimCLR {simclr['median_s']:.4f} s / iteration, full GCL {gcl['median_s']:.4f} s: "
-             f"{gcl['ratio_to_simclr']:.2f}x (target <= 2.5x)"),
-            (f"- full GCL: combine {100 * gcl['combine_share']:.1f}%, GradFilter "
-             f"{100 * gcl['grad_filter_share']:.1f}% of an iteration (targets < 10% each)"),
+            (
+                f"- SimCLR {simclr['median_s']:.4f} s / iteration, full GCL {gcl['median_s']:.4f} s: "
+                f"{gcl['ratio_to_simclr']:.2f}x (target <= 2.5x)"
+            ),
+            (
+                f"- full GCL: combine {100 * gcl['combine_share']:.1f}%, GradFilter "
+                f"{100 * gcl['grad_filter_share']:.1f}% of an iteration (targets < 10% each)"
+            ),
         ]
         if pretrain_epochs:
-            per_epoch = ACDC_ITERATIONS_PER_EPOCH * (variants.get("gcl_views_on_device", gcl)["median_s"]
-                                                     + simclr["median_s"])
+            per_epoch = ACDC_ITERATIONS_PER_EPOCH * (
+                variants.get("gcl_views_on_device", gcl)["median_s"] + simclr["median_s"]
+            )
             lines.append(
                 f"- the two pre-trainings at this speed: {pretrain_epochs} epochs x {per_epoch:.2f} s = "
                 f"{pretrain_epochs * per_epoch / 60:.1f} min of GPU time (docs/gpu_run.md predicts 2.6 s per epoch)"

@@ -95,10 +95,15 @@ def travel_bytes(repo: Path, carry: Sequence[str] = ()) -> dict[str, int]:
         FileNotFoundError: naming a carried path that does not exist.
     """
     repo = Path(repo)
-    listed = subprocess.run(
-        ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        check=True, capture_output=True,
-    ).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     sizes = {"tree": sum(_size(repo / name) for name in listed if name and (repo / name).exists())}
     for path in carry:
         if not (repo / path).exists():

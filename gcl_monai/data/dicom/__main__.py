@@ -21,11 +21,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gcl_monai.data.dicom", description=__doc__.split("\n\n")[0])
     parser.add_argument("root", help="the DICOM folder (any nesting, any file names)")
     parser.add_argument("--output", required=True, help="the datalist JSON file to write")
-    parser.add_argument("--cache-dir", help="header cache and NIfTI volumes (default: $GCL_DICOM_CACHE or "
-                                            "~/.cache/gcl_monai/dicom/<hash of DIR>)")
-    parser.add_argument("--meta-labels", nargs="*", default=["patient_id"],
-                        help="built-in labels (patient_id; for cine: cardiac_phase, end_diastole) and DICOM keywords "
-                             "(default: patient_id)")
+    parser.add_argument(
+        "--cache-dir",
+        help="header cache and NIfTI volumes (default: $GCL_DICOM_CACHE or ~/.cache/gcl_monai/dicom/<hash of DIR>)",
+    )
+    parser.add_argument(
+        "--meta-labels",
+        nargs="*",
+        default=["patient_id"],
+        help="built-in labels (patient_id; for cine: cardiac_phase, end_diastole) and DICOM keywords "
+        "(default: patient_id)",
+    )
     parser.add_argument("--phase-bins", type=int, default=4, help="cardiac phase bins over the RR interval")
     parser.add_argument("--hash-patient-id", action="store_true", help="pseudonymise PatientID (sha256, salted)")
     parser.add_argument("--salt", default="", help="salt of the PatientID hash")
@@ -36,20 +42,32 @@ def main(argv: list[str] | None = None) -> int:
     index = index_dicom(root, check_meta_keys(args.meta_labels), cache / "headers.json")
     skipped: list[dict] = []
     try:
-        datalist = read_dicom(root, args.meta_labels, cache, args.phase_bins, args.hash_patient_id, args.salt,
-                              index=index, skipped=skipped)
+        datalist = read_dicom(
+            root,
+            args.meta_labels,
+            cache,
+            args.phase_bins,
+            args.hash_patient_id,
+            args.salt,
+            index=index,
+            skipped=skipped,
+        )
     except DatalistError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     summary = {**index.summary(), "volumes": len(datalist), "skipped": skipped}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps({"name": "dicom", "training": datalist, "summary": summary}, indent=2))
-    print(f"{len(datalist)} volume(s) of {len({d['patient'] for d in datalist})} patient(s) -> {args.output} "
-          f"(NIfTI in {cache / 'volumes'})")
+    print(
+        f"{len(datalist)} volume(s) of {len({d['patient'] for d in datalist})} patient(s) -> {args.output} "
+        f"(NIfTI in {cache / 'volumes'})"
+    )
     print(f"{summary['non_dicom_files']} non-DICOM file(s) skipped")
     for s in skipped:
-        print(f"skipped {len(s['files'])} file(s) of series {', '.join(s['series']) or '-'}: {s['reason']} "
-              f"(first: {s['files'][0]})")
+        print(
+            f"skipped {len(s['files'])} file(s) of series {', '.join(s['series']) or '-'}: {s['reason']} "
+            f"(first: {s['files'][0]})"
+        )
     return 0
 
 

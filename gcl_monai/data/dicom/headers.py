@@ -13,7 +13,12 @@ from typing import Any
 logger = logging.getLogger("gcl_monai.data")
 
 __all__ = [
-    "DEFAULT_KEYWORDS", "GEOMETRY_KEYWORDS", "UNREADABLE_KEY", "HeaderCache", "import_pydicom", "read_header",
+    "DEFAULT_KEYWORDS",
+    "GEOMETRY_KEYWORDS",
+    "UNREADABLE_KEY",
+    "HeaderCache",
+    "import_pydicom",
+    "read_header",
     "scan_headers",
 ]
 
@@ -21,15 +26,34 @@ UNREADABLE_KEY = "_unreadable"
 """Key of the header of a DICOM file that pydicom cannot parse; its value is the reason."""
 
 GEOMETRY_KEYWORDS = (
-    "PatientID", "StudyInstanceUID", "SeriesInstanceUID", "SeriesNumber", "SOPInstanceUID", "SOPClassUID",
-    "Modality", "InstanceNumber", "ImagePositionPatient", "ImageOrientationPatient", "PixelSpacing", "Rows",
-    "Columns", "SliceThickness", "NumberOfFrames", "TriggerTime", "NominalInterval", "CardiacNumberOfImages",
+    "PatientID",
+    "StudyInstanceUID",
+    "SeriesInstanceUID",
+    "SeriesNumber",
+    "SOPInstanceUID",
+    "SOPClassUID",
+    "Modality",
+    "InstanceNumber",
+    "ImagePositionPatient",
+    "ImageOrientationPatient",
+    "PixelSpacing",
+    "Rows",
+    "Columns",
+    "SliceThickness",
+    "NumberOfFrames",
+    "TriggerTime",
+    "NominalInterval",
+    "CardiacNumberOfImages",
     "TemporalPositionIdentifier",
 )
 """Header values the index needs: identity, geometry and cardiac timing."""
 
 DEFAULT_KEYWORDS = (
-    "Manufacturer", "ManufacturerModelName", "MagneticFieldStrength", "InstitutionName", "SeriesDescription",
+    "Manufacturer",
+    "ManufacturerModelName",
+    "MagneticFieldStrength",
+    "InstitutionName",
+    "SeriesDescription",
     "AcquisitionDate",
 )
 """Further header values always read: the extra meta labels offered without re-reading the archive."""
@@ -123,8 +147,11 @@ class HeaderCache:
 
     def put(self, path: Path, header: dict | None) -> None:
         """Remember the header of ``path`` (None: not DICOM)."""
-        self.entries[str(path)] = {"signature": self._signature(path), "dicom": header is not None,
-                                   "header": header or {}}
+        self.entries[str(path)] = {
+            "signature": self._signature(path),
+            "dicom": header is not None,
+            "header": header or {},
+        }
 
     def save(self, files: Iterable[Path]) -> None:
         """Write the entries of ``files`` (entries of files no longer present are dropped)."""
@@ -169,6 +196,11 @@ def scan_headers(
         else:
             non_dicom.append(str(path))
     cache.save(files)
-    logger.info("%s: %d DICOM file(s), %d other file(s); %d header(s) read, the rest from the cache.",
-                root, len(headers), len(non_dicom), opened)
+    logger.info(
+        "%s: %d DICOM file(s), %d other file(s); %d header(s) read, the rest from the cache.",
+        root,
+        len(headers),
+        len(non_dicom),
+        opened,
+    )
     return headers, non_dicom

@@ -145,8 +145,10 @@ def _phases(files: list[str], headers: dict[str, dict], position: dict[str, floa
     if any(headers[f].get("TriggerTime") is None for f in files):
         crowded = [p for p, fs in at.items() if len(fs) > 1]
         if crowded:
-            raise ValueError(f"duplicate slice positions without TriggerTime (at {crowded[0]:.2f} mm along the normal: "
-                             f"{', '.join(sorted(at[crowded[0]]))})")
+            raise ValueError(
+                f"duplicate slice positions without TriggerTime (at {crowded[0]:.2f} mm along the normal: "
+                f"{', '.join(sorted(at[crowded[0]]))})"
+            )
         return {f: 0 for f in files}, []
     count = max(len(fs) for fs in at.values())
     full = [sorted(float(headers[f]["TriggerTime"]) for f in fs) for fs in at.values() if len(fs) == count]
@@ -160,8 +162,10 @@ def _phases(files: list[str], headers: dict[str, dict], position: dict[str, floa
             phase[f] = int(np.argmin(np.abs(medians - float(headers[f]["TriggerTime"]))))
         taken = [phase[f] for f in fs]
         if len(set(taken)) < len(taken):
-            raise ValueError(f"duplicate slice positions: {len(fs)} slices at {p:.2f} mm along the normal share a "
-                             f"trigger time ({', '.join(sorted(fs))})")
+            raise ValueError(
+                f"duplicate slice positions: {len(fs)} slices at {p:.2f} mm along the normal share a "
+                f"trigger time ({', '.join(sorted(fs))})"
+            )
     return phase, [float(m) for m in medians]
 
 
@@ -191,8 +195,10 @@ def _stack_volumes(files: list[str], headers: dict[str, dict]) -> tuple[list[Dic
     odd = [i for i, g in enumerate(gaps) if abs(g - median) > SPACING_TOLERANCE * median]
     if odd:
         i = odd[0]
-        raise ValueError(f"missing slice(s): gap of {gaps[i]:.2f} mm between {levels[i]:.2f} and {levels[i + 1]:.2f} "
-                         f"mm along the normal, where slices are {median:.2f} mm apart")
+        raise ValueError(
+            f"missing slice(s): gap of {gaps[i]:.2f} mm between {levels[i]:.2f} and {levels[i + 1]:.2f} "
+            f"mm along the normal, where slices are {median:.2f} mm apart"
+        )
     phase, trigger_times = _phases(files, headers, position)
     volumes, skipped = [], []
     for t in sorted(set(phase.values())):
@@ -200,21 +206,30 @@ def _stack_volumes(files: list[str], headers: dict[str, dict]) -> tuple[list[Dic
         lacking = sorted(set(levels) - {position[f] for f in members})
         if lacking:
             when = f" at trigger time {trigger_times[t]:.0f} ms" if trigger_times else ""
-            skipped.append(_skip(f"slice missing at {lacking[0]:.2f} mm along the normal{when} ({len(members)} of "
-                                 f"{len(levels)} positions present)", members, headers))
+            skipped.append(
+                _skip(
+                    f"slice missing at {lacking[0]:.2f} mm along the normal{when} ({len(members)} of "
+                    f"{len(levels)} positions present)",
+                    members,
+                    headers,
+                )
+            )
             continue
         triggers = [headers[f].get("TriggerTime") for f in members]
-        volumes.append(DicomVolume(
-            files=members, positions=[raw[f] for f in members], headers=[headers[f] for f in members],
-            trigger_time=float(np.mean(triggers)) if trigger_times else None, phase=t if trigger_times else None,
-            stack_trigger_times=trigger_times,
-        ))
+        volumes.append(
+            DicomVolume(
+                files=members,
+                positions=[raw[f] for f in members],
+                headers=[headers[f] for f in members],
+                trigger_time=float(np.mean(triggers)) if trigger_times else None,
+                phase=t if trigger_times else None,
+                stack_trigger_times=trigger_times,
+            )
+        )
     return volumes, skipped
 
 
-def index_dicom(
-    root: str | Path, keywords: Sequence[str] = (), cache_file: str | Path | None = None
-) -> DicomIndex:
+def index_dicom(root: str | Path, keywords: Sequence[str] = (), cache_file: str | Path | None = None) -> DicomIndex:
     """Index a DICOM folder tree into 3D volumes.
 
     Files are read with pydicom (headers only); a file that is not DICOM is counted and left out. A file that is not

@@ -59,8 +59,14 @@ def dicom_inference_cases(folder: str | Path, staging_dir: str | Path | None = N
         cases.append({"image": str(case_dir), "case": name})
     for skipped in index.skipped:
         if skipped.series:  # files that are not images at all (radiographs, DICOMDIR) are no cases
-            cases.append({"image": skipped.files[0], "case": f"series {', '.join(skipped.series)}",
-                          SKIPPED_KEY: skipped.reason})
-    logger.info("%s: %d DICOM volume(s) to segment (slices linked in %s), %d stack(s) that cannot be.",
-                folder, len(index.volumes), staging, len(cases) - len(index.volumes))
+            cases.append(
+                {"image": skipped.files[0], "case": f"series {', '.join(skipped.series)}", SKIPPED_KEY: skipped.reason}
+            )
+    logger.info(
+        "%s: %d DICOM volume(s) to segment (slices linked in %s), %d stack(s) that cannot be.",
+        folder,
+        len(index.volumes),
+        staging,
+        len(cases) - len(index.volumes),
+    )
     return cases

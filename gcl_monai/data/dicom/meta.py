@@ -34,8 +34,10 @@ def check_meta_keys(meta_keys: Sequence[str]) -> list[str]:
     keywords = [k for k in meta_keys if k not in BUILTIN_META_LABELS]
     unknown = [k for k in keywords if tag_for_keyword(k) is None]
     if unknown:
-        raise ValueError(f"Unknown meta label(s) {unknown}: neither one of {list(BUILTIN_META_LABELS)} nor a DICOM "
-                         "keyword (e.g. Manufacturer, MagneticFieldStrength, InstitutionName, SeriesDescription).")
+        raise ValueError(
+            f"Unknown meta label(s) {unknown}: neither one of {list(BUILTIN_META_LABELS)} nor a DICOM "
+            "keyword (e.g. Manufacturer, MagneticFieldStrength, InstitutionName, SeriesDescription)."
+        )
     return keywords
 
 
@@ -60,8 +62,10 @@ def rr_interval(volume: DicomVolume) -> float:
     frames = volume.headers[0].get("CardiacNumberOfImages") or len(volume.stack_trigger_times)
     last = max(volume.stack_trigger_times)
     if frames < 2 or last <= 0:
-        raise ValueError(f"NominalInterval (0018,1062) missing in series {_series(volume)} and a single cardiac phase: "
-                         "the RR interval is unknown.")
+        raise ValueError(
+            f"NominalInterval (0018,1062) missing in series {_series(volume)} and a single cardiac phase: "
+            "the RR interval is unknown."
+        )
     return last * frames / (frames - 1)
 
 
@@ -74,7 +78,10 @@ def cardiac_phase(trigger_time: float, rr: float, bins: int) -> int:
 
 
 def volume_meta(
-    volume: DicomVolume, meta_keys: Sequence[str] = (), phase_bins: int = 4, hash_patient_id: bool = False,
+    volume: DicomVolume,
+    meta_keys: Sequence[str] = (),
+    phase_bins: int = 4,
+    hash_patient_id: bool = False,
     salt: str = "",
 ) -> dict[str, Any]:
     """The datalist fields of a volume (without ``image`` and the integer ``patient_id``).

@@ -135,15 +135,28 @@ def write_phantom_dicom(
         study = _uid(seed, name, "study")
         origin = np.array([-0.5 * spacing[0] * image_size[0], -0.5 * spacing[1] * image_size[1], 40.0])
         patient = {
-            "PatientID": name, "PatientName": f"Phantom^{name}", "PatientBirthDate": "", "PatientSex": "O",
-            "StudyInstanceUID": study, "StudyID": f"{i + 1}", "StudyTime": "120000", "AccessionNumber": "",
+            "PatientID": name,
+            "PatientName": f"Phantom^{name}",
+            "PatientBirthDate": "",
+            "PatientSex": "O",
+            "StudyInstanceUID": study,
+            "StudyID": f"{i + 1}",
+            "StudyTime": "120000",
+            "AccessionNumber": "",
             "ReferringPhysicianName": "",
-            "FrameOfReferenceUID": _uid(seed, name, "frame of reference"), "StudyDate": "20260101",
-            "AcquisitionDate": "20260101", "Manufacturer": "GCL", "ManufacturerModelName": model,
-            "MagneticFieldStrength": _ds(field), "InstitutionName": site, "SeriesDescription": "cine SA",
+            "FrameOfReferenceUID": _uid(seed, name, "frame of reference"),
+            "StudyDate": "20260101",
+            "AcquisitionDate": "20260101",
+            "Manufacturer": "GCL",
+            "ManufacturerModelName": model,
+            "MagneticFieldStrength": _ds(field),
+            "InstitutionName": site,
+            "SeriesDescription": "cine SA",
             "ImageOrientationPatient": [_ds(v) for v in (*row_dir, *col_dir)],
-            "PixelSpacing": [_ds(spacing[1]), _ds(spacing[0])], "SliceThickness": _ds(SLICE_THICKNESS_MM),
-            "NominalInterval": _ds(rr), "CardiacNumberOfImages": int(info["NbFrame"]),
+            "PixelSpacing": [_ds(spacing[1]), _ds(spacing[0])],
+            "SliceThickness": _ds(SLICE_THICKNESS_MM),
+            "NominalInterval": _ds(rr),
+            "CardiacNumberOfImages": int(info["NbFrame"]),
         }
         num_slices = next(iter(frames.values()))[0].shape[2]
         for phase, (frame, (volume, _)) in enumerate(sorted(frames.items())):

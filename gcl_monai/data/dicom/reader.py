@@ -100,8 +100,10 @@ def read_dicom(
         index = index_dicom(root, keywords, cache / "headers.json")
     if not index.volumes:
         reasons = "; ".join(str(s) for s in index.skipped[:3])
-        raise DatalistError(f"{root}: no 3D volume found in {len(index.non_dicom)} non-DICOM and "
-                            f"{sum(len(s.files) for s in index.skipped)} skipped DICOM file(s). {reasons}")
+        raise DatalistError(
+            f"{root}: no 3D volume found in {len(index.non_dicom)} non-DICOM and "
+            f"{sum(len(s.files) for s in index.skipped)} skipped DICOM file(s). {reasons}"
+        )
 
     if skipped is not None:
         skipped.extend({"reason": s.reason, "series": s.series, "files": s.files} for s in index.skipped)
@@ -119,6 +121,11 @@ def read_dicom(
     datalist = collect_volumes(candidates, on_error, "dicom", root)
     if keywords:
         encode_meta_labels(datalist, keywords)
-    logger.info("DICOM: %d volume(s) of %d patient(s) from %s (cache %s).", len(datalist),
-                len({d["patient"] for d in datalist}), root, cache)
+    logger.info(
+        "DICOM: %d volume(s) of %d patient(s) from %s (cache %s).",
+        len(datalist),
+        len({d["patient"] for d in datalist}),
+        root,
+        cache,
+    )
     return datalist

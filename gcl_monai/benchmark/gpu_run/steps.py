@@ -28,7 +28,8 @@ from gcl_monai.benchmark.experiment import DATASETS, Experiment
 from gcl_monai.benchmark.gpu_run.budget import GpuRunBudget
 from gcl_monai.benchmark.report import read_results
 from gcl_monai.benchmark.runner import run_experiment
-from gcl_monai.data import ensure_phantom, load_split, save_split
+from gcl_monai.bundle import ensure_phantom
+from gcl_monai.data import load_split, save_split
 
 __all__ = [
     "DATASET",

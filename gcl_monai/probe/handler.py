@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 from ignite.engine import Engine, Events
 
+from gcl_monai.probe.data import load_probe_volumes
 from gcl_monai.probe.evaluate import ProbeSettings, evaluate_encoder
 from gcl_monai.probe.features import FrozenEncoder
-from gcl_monai.probe.linear import ProbeVolume
 
 __all__ = ["ProbeHandler"]
 
@@ -23,7 +23,8 @@ logger = logging.getLogger("gcl_monai.probe")
 class ProbeHandler:
     """
     Every ``interval`` epochs (and after the last one), the dense linear probe of the pre-training network's encoder
-    (cross-validated over the labelled ``volumes``, :py:func:`gcl_monai.probe.evaluate_encoder`): its mean Dice goes
+    (cross-validated over the labelled volumes of ``datalist``, :py:func:`gcl_monai.probe.evaluate_encoder`; loaded with
+    ``transform`` at the first evaluation, so a disabled or never-due handler reads nothing): its mean Dice goes
     to ``engine.state.metrics["probe_dice"]`` (and ``probe_dice/<class>``), where MONAI's ``StatsHandler`` and
     ``TensorBoardStatsHandler`` log epoch metrics (attach this handler before them), and one line per evaluation to
     ``<output_dir>/probe_history.jsonl``. With ``keep_best``, the encoder of the best probe so far is written to
@@ -34,7 +35,8 @@ class ProbeHandler:
 
     Args:
         network: the pre-training network (``GCLNet``: its ``encoder_state_dict()`` is probed).
-        volumes: the labelled volumes (the bundle's ``probe#volumes``).
+        datalist: the labelled volumes' datalist entries (the bundle's training patients).
+        transform: the bundle's evaluation transforms (``probe#transform``).
         features, norm: the encoder's BasicUNet ``features`` and ``norm``.
         num_classes, class_names: the segmentation classes (background included in ``num_classes``).
         interval: epochs between two evaluations (>= 1).
@@ -47,7 +49,8 @@ class ProbeHandler:
     def __init__(
         self,
         network: torch.nn.Module,
-        volumes: Sequence[ProbeVolume],
+        datalist: Sequence[dict],
+        transform: Callable,
         features: Sequence[int],
         norm: str | tuple,
         num_classes: int,
@@ -61,7 +64,8 @@ class ProbeHandler:
         if interval < 1:
             raise ValueError(f"interval must be >= 1 epoch, got {interval}.")
         self.network = network
-        self.volumes = list(volumes)
+        self.datalist, self.transform = list(datalist), transform
+        self.volumes: list | None = None
         self.features, self.norm = list(features), norm
         self.num_classes, self.class_names = num_classes, list(class_names)
         self.interval = interval
@@ -81,6 +85,8 @@ class ProbeHandler:
     def __call__(self, engine: Engine) -> None:
         if not self._due(engine):
             return
+        if self.volumes is None:
+            self.volumes = load_probe_volumes(self.datalist, self.transform)
         state = {k: v.detach().cpu() for k, v in self.network.encoder_state_dict().items()}
         with torch.random.fork_rng(devices=[]):
             encoder = FrozenEncoder(self.features, self.norm, self.settings.grid).load_encoder(state, "the network")

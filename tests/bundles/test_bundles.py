@@ -484,20 +484,11 @@ def test_pixel_weight_scales_the_pixel_losses(demo_root):
     assert float(out["loss"]) == pytest.approx((sum(img) + 0.25 * pix) / len(img), rel=1e-5)  # mean over meta labels
 
 
-def _pretrain_cmd(root, epochs):
-    overrides = {**TINY, "epochs": epochs}
-    args = [
-        sys.executable,
-        "-m",
-        "monai.bundle",
-        "run",
-        "pretrain",
-        "--config_file",
-        str(DEMO / "pretrain.json"),
-        "--bundle_root",
-        str(root),
-    ]
-    for k, v in overrides.items():
+def _pretrain_cmd(root, epochs, overrides=None):
+    """``python -m monai.bundle run pretrain`` of the demo bundle with ``overrides`` (default: TINY) for ``epochs``."""
+    args = [sys.executable, "-m", "monai.bundle", "run", "pretrain", "--config_file", str(DEMO / "pretrain.json")]
+    args += ["--bundle_root", str(root)]
+    for k, v in {**(TINY if overrides is None else overrides), "epochs": epochs}.items():
         args += [f"--{k}", json.dumps(v)]
     return args
 

@@ -4,7 +4,6 @@ one, the same figures twice, the handler inside a pre-training bundle run)."""
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -28,7 +27,7 @@ from gcl_monai.probe import (
 )
 from gcl_monai.probe.__main__ import probe_command
 from gcl_monai.probe.linear import _linear_map
-from tests.bundles.test_bundles import DEMO, REPO, TINY
+from tests.bundles.test_bundles import DEMO, REPO, TINY, _pretrain_cmd
 
 FEATURES = [4, 8, 8, 16, 16, 4]
 
@@ -195,19 +194,7 @@ def test_the_probe_command_refuses_a_bad_mode(tmp_path):
 
 def _pretrain(root, **override):
     """The demo's pre-training in a process of its own, on one thread (bit-for-bit reproducible on a CPU)."""
-    args = [
-        sys.executable,
-        "-m",
-        "monai.bundle",
-        "run",
-        "pretrain",
-        "--config_file",
-        str(DEMO / "pretrain.json"),
-        "--bundle_root",
-        str(root),
-    ]
-    for k, v in {**PROBE_TINY, "epochs": 2, **override}.items():
-        args += [f"--{k}", json.dumps(v)]
+    args = _pretrain_cmd(root, 2, {**PROBE_TINY, **override})
     subprocess.run(args, check=True, cwd=REPO, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return root / "outputs" / "pretrain" / "gcl"
 

@@ -26,7 +26,7 @@ _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 @dataclass(frozen=True)
 class LendingTerms:
-    """The limits of one lease of a GPU machine (numbers of /work/.library/device/README.md, "Limits")."""
+    """The limits of one lease of a GPU machine (the numbers of the device tool's README, "Limits")."""
 
     max_files: int = 8
     max_file_bytes: int = 16 * MIB

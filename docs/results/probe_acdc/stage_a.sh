@@ -22,8 +22,6 @@ probe() {  # name encoder [overrides...]
   [ -f "$OUT/$name/probe.json" ] || python -m gcl_monai.probe --config_file $CFG --dataset_dir "$DATA" --work_dir "$W" \
     $SPLIT --encoder "$encoder" --output_dir "$OUT/$name" "$@" > "$OUT/$name.log" 2>&1
 }
-pre gcl 0
-pre simclr 0 $SIMCLR
 probe random_s0 random --encoder_seed 0
 probe random_s1 random --encoder_seed 1
 # the positive control: a U-Net trained with the labels of every training patient (1000 iterations)
@@ -31,6 +29,8 @@ probe random_s1 random --encoder_seed 1
   --dataset_dir "$DATA" --work_dir "$W" $SPLIT --init random --labeled "\$@split['pretrain'] + @split['train']" \
   --epochs 20 --iterations_per_epoch 50 --output_dir "$W/control" --ckpt_dir "$W/control/models" > "$OUT/control_train.log" 2>&1
 probe control "$W/control/models/model.pt"
+pre gcl 0
+pre simclr 0 $SIMCLR
 pre gcl 1
 pre simclr 1 $SIMCLR
 python -m gcl_monai.probe.curves "$W"/pretrain/gcl* "$W"/pretrain/simclr* --output_dir "$OUT/curves" \

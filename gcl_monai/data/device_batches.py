@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import torch
+from monai.data import get_track_meta, set_track_meta
 from monai.transforms import apply_transform
 from monai.utils import convert_to_tensor
 
@@ -26,7 +27,10 @@ class DeviceSliceBatches:
 
     Per batch, nothing is copied between the host and the device by this class (the transforms' random parameters
     are drawn on the host by their NumPy random states, as in a loader worker; a few of MONAI's transforms copy a
-    small tensor of them to the device). ``num_workers`` is 0, so that
+    small tensor of them to the device). The transform runs without MONAI's metadata tracking (``set_track_meta(False)``
+    for the batch's duration): the batch's values are the same, a training batch needs no metadata
+    (``finetune_transforms`` drops it at its end), and that bookkeeping, not the arithmetic, is most of the host's time
+    per slice (``benchmarks/bench_finetune_data.py``). ``num_workers`` is 0, so that
     :py:class:`gcl_monai.handlers.EpochSeedHandler` re-seeds the dataset's transform at every epoch (``set_rnd``).
 
     Args:
@@ -73,10 +77,15 @@ class DeviceSliceBatches:
         drawn = {key: values[index] for key, values in self.tensors.items()}
         if self.dataset.transform is None:
             return drawn
-        items = [
-            apply_transform(self.dataset.transform, {key: drawn[key][i] for key in self.keys})
-            for i in range(len(index))
-        ]
+        tracking = get_track_meta()
+        set_track_meta(False)
+        try:
+            items = [
+                apply_transform(self.dataset.transform, {key: drawn[key][i] for key in self.keys})
+                for i in range(len(index))
+            ]
+        finally:
+            set_track_meta(tracking)
         return {
             key: torch.stack([convert_to_tensor(item[key], track_meta=False) for item in items]) for key in self.keys
         }

@@ -14,10 +14,11 @@ import torch
 from gcl_monai.benchmark.cells import write_status
 from gcl_monai.benchmark.experiment import Experiment
 from gcl_monai.benchmark.gpu_run import BUDGETS, LendingTerms, get_budget, pack, returned_violations, unpack
+from gcl_monai.benchmark.gpu_run.leases import format_plan, plan_leases
 from gcl_monai.benchmark.gpu_run.pack import ARCHIVE
 from gcl_monai.benchmark.gpu_run.state import RunState
 from gcl_monai.benchmark.gpu_run.steps import verdict_stops
-from gcl_monai.benchmark.gpu_run.terms import travel_bytes
+from gcl_monai.benchmark.gpu_run.terms import TERMS, travel_bytes
 from gcl_monai.benchmark.plan import plan_cells
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
@@ -187,9 +188,12 @@ def test_budgets_plan_the_paper_comparison(tmp_path):
         assert preset.pretrain["optimizer_name"] == "sgd" and preset.common["features"] == [32, 64, 128, 256, 512, 32]
         assert preset.finetune["batch_size"] == 5 and preset.finetune["lr"] == 1e-4
         assert preset.finetune["labeled_pool"] == "train+pretrain"
+        # the fine-tuning's slices on the GPU, no host read per iteration
+        assert preset.finetune["data_on_device"] and not preset.finetune["decollate"]
+        assert preset.finetune["log_interval"] > 1 and budget.jobs >= 6
     assert get_budget("paper").preset().pretrain["epochs"] == 300
     assert get_budget("paper").preset().finetune["epochs"] == 300
-    assert get_budget("default").preset().pretrain["epochs"] == 100  # the cut of docs/gpu_run.md
+    assert get_budget("default").preset().pretrain["epochs"] == 80  # the cut of docs/gpu_run.md
     assert get_budget("default").preset().finetune["epochs"] == 300
     experiment = Experiment("x", "acdc", get_budget("default").preset(), data_root=tmp_path, results_dir=tmp_path)
     pretrain, finetune = plan_cells(experiment)
@@ -368,3 +372,23 @@ def test_make_carry_replaces_only_an_earlier_carry(tmp_path, capsys):
     with pytest.raises(SystemExit, match=r"holds other files than a carry \(notes.md\)"):
         main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(carry)])
     assert (carry / "notes.md").exists()
+
+
+def test_the_default_plan_fits_two_leases_and_the_papers_pretraining_fits_none():
+    """15 minutes of device time per lease, start-up included, 15% kept free (gcl_monai.benchmark.gpu_run.leases)."""
+    assert TERMS.device_seconds == 15 * 60 and TERMS.command_seconds == 10 * 60
+    default = plan_leases(get_budget("default"))
+    assert len(default) == 2 and all(lease.fits() for lease in default)
+    assert all(lease.seconds < 0.85 * TERMS.device_seconds for lease in default)
+    # the first lease holds both pre-trainings (they cannot resume on another machine at the paper's width)
+    assert any(what.startswith("pre-training simclr and gcl, 80 epochs") for what, _ in default[0].parts)
+    # 18.3 iterations x (0.112 + 0.022) s x 1.05 = 2.58 s per epoch
+    pretrain = dict(default[0].parts)["pre-training simclr and gcl, 80 epochs"]
+    assert pretrain == pytest.approx(80 * 878 / 48 * 0.134 * 1.05)
+    # 300 epochs x (4 + 8) batches x 6 draws x 2 methods = 43 200 iterations of 6.2 ms, and 24 cells x 15 s / 8
+    assert dict(default[1].parts)["24 cells of simclr, gcl"] == pytest.approx(43_200 * 0.0062 + 24 * 15 / 8)
+    paper = plan_leases(get_budget("paper"))
+    assert not paper[0].fits() and paper[0].seconds > TERMS.device_seconds
+    table = format_plan(get_budget("default"))
+    assert table.count("fits with 15% kept free") == 2 and "DOES NOT FIT" not in table
+    assert "DOES NOT FIT" in format_plan(get_budget("paper"))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gcl_monai.benchmark.gpu_run import steps
 from gcl_monai.benchmark.gpu_run.budget import BUDGETS, get_budget
+from gcl_monai.benchmark.gpu_run.leases import format_plan, plan_leases
 from gcl_monai.benchmark.gpu_run.pack import ARCHIVE, REPORT, collect, pack, repack, unpack
 from gcl_monai.benchmark.gpu_run.state import RunState, worker_running
 from gcl_monai.benchmark.gpu_run.summary import run_report
@@ -64,8 +65,8 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
         "--budget",
         default="default",
         choices=[b for b in BUDGETS if b != "rehearse"] + ["rehearse"],
-        help="the sizes of the steps (default: the cut that fits 25 minutes of an H100; paper: the "
-        "paper's 300 + 300 epochs; rehearse: tiny, on a CPU)",
+        help="the sizes of the steps (default: the cut that fits two 15-minute leases of an H100; paper: the "
+        "paper's 300 + 300 epochs, whose pre-training fits no lease; rehearse: tiny, on a CPU)",
     )
     p.add_argument(
         "--data-root",
@@ -89,6 +90,11 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
         help="do not run: pack what a call brought back (RETURNED) again into --out, within the "
         "room that the checkout and .offline/ leave under the 64 MiB that travel; weights that do not fit are left "
         "behind and run again on the fresh machine",
+    )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="do not run: print the predicted H100 time of each lease of --budget against the lending terms",
     )
     p.add_argument(
         "--rehearse",
@@ -199,6 +205,9 @@ def main_gpu_run(argv: Sequence[str]) -> int:
             )
             return 1
         return 0
+    if args.plan:
+        print(format_plan(get_budget(args.budget)))
+        return 0 if all(lease.fits() for lease in plan_leases(get_budget(args.budget))) else 1
     if args.rehearse:
         from gcl_monai.benchmark.gpu_run.rehearse import rehearse
 

@@ -332,10 +332,16 @@ def test_split_files_follow_the_data_to_another_machine(tmp_path):
     assert relocate_splits(tmp_path / "work", str(old), str(new)) == [path]
     moved = json.loads(path.read_text())["pretrain"][0]
     assert moved == {"image": f"{new}/training/p1.nii.gz", "patient": "p1", "organ_state": 0}
+    # a payload cut to the fine-tuning's patients: a pre-training patient may be missing, a test patient may not
     split["pretrain"][0]["label"] = f"{old}/training/p1_gt.nii.gz"  # not on the new machine
+    split["test"] = [{"image": f"{old}/training/p1.nii.gz", "label": f"{old}/training/p1_gt.nii.gz"}]
     path.write_text(json.dumps(split))
     with pytest.raises(FileNotFoundError, match="p1_gt.nii.gz is not in this machine's data"):
         relocate_splits(tmp_path / "work", str(old), str(new))
+    del split["test"]
+    path.write_text(json.dumps(split))
+    relocate_splits(tmp_path / "work", str(old), str(new))
+    assert json.loads(path.read_text())["pretrain"][0]["label"] == f"{new}/training/p1_gt.nii.gz"
 
 
 def test_repack_leaves_behind_the_weights_a_carry_has_no_room_for(tmp_path):
@@ -346,7 +352,7 @@ def test_repack_leaves_behind_the_weights_a_carry_has_no_room_for(tmp_path):
     manifest = repack(tmp_path / "out", tmp_path / "carry", max_bytes=70 << 10)  # the small files only
     assert sorted(manifest["left_behind"]) == [
         "results/x_acdc/pretrain/gcl/checkpoint_epoch=3.pt.bf16",
-        "results/x_acdc/pretrain/simclr/encoder.pt",
+        "results/x_acdc/pretrain/simclr/encoder.pt.bf16",  # a carry's encoders are bfloat16
     ]
     assert (tmp_path / "carry" / "report.md").read_text() == "# report\n"
     carried = json.loads((tmp_path / "carry" / "gpu_run.json").read_text())["returned"]
@@ -366,6 +372,15 @@ def test_make_carry_replaces_only_an_earlier_carry(tmp_path, capsys):
     carry = tmp_path / "carry"
     assert main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(carry)]) == 0
     assert "left behind (run again there): nothing" in capsys.readouterr().out  # tiny weights fit
+    # the finished encoder travels as bfloat16 (half the bytes) and is float32 again on the fresh machine
+    packed = json.loads((carry / "gpu_run.json").read_text())["returned"]["packed"]
+    assert "results/x_acdc/pretrain/simclr/encoder.pt.bf16" in packed
+    unpack(carry, tmp_path / "fresh")
+    restored = torch.load(tmp_path / "fresh" / "results" / "x_acdc" / "pretrain" / "simclr" / "encoder.pt")
+    original = torch.load(tmp_path / "work" / "results" / "x_acdc" / "pretrain" / "simclr" / "encoder.pt")
+    assert restored["conv_0.weight"].dtype == torch.float32
+    assert torch.equal(restored["conv_0.weight"], original["conv_0.weight"].to(torch.bfloat16).float())
+    assert not torch.equal(restored["conv_0.weight"], original["conv_0.weight"])
     assert main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(carry)]) == 0  # replaced
     assert returned_violations(carry) == []
     (carry / "notes.md").write_text("mine")

@@ -145,6 +145,8 @@ def _prepare(args: argparse.Namespace, state: RunState) -> None:
         restored = unpack(args.resume_from, args.work)
         if restored["budget"] != args.budget:
             raise SystemExit(f"{args.resume_from} holds a run of budget {restored['budget']!r}, not {args.budget!r}.")
+        if args.data_root is not None:  # this machine's data (the worker points the split files at it)
+            state.update(data_root=args.data_root)
         logger.info("Resumed the run from %s into %s.", args.resume_from, args.work)
         return
     if args.resume_from is not None:

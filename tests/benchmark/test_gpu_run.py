@@ -407,3 +407,6 @@ def test_the_default_plan_fits_two_leases_and_the_papers_pretraining_fits_none()
     table = format_plan(get_budget("default"))
     assert table.count("fits with 15% kept free") == 2 and "DOES NOT FIT" not in table
     assert "DOES NOT FIT" in format_plan(get_budget("paper"))
+    from gcl_monai.benchmark.gpu_run.cli import main_gpu_run
+
+    assert main_gpu_run(["--plan"]) == 0 and main_gpu_run(["--plan", "--budget", "paper"]) == 1

@@ -47,7 +47,7 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
         "(random, SimCLR, GCL at L = 1 and 2 over paired draws) on one GPU, within the lending terms: run the same "
         "command again until it returns 0 (docs/gpu_run.md).",
     )
-    p.add_argument("--out", type=Path, required=True, help="where the call leaves what comes back ($OUT)")
+    p.add_argument("--out", type=Path, default=None, help="where the call leaves what comes back ($OUT; required)")
     p.add_argument(
         "--work",
         type=Path,
@@ -180,7 +180,13 @@ def _start_worker(work: Path) -> subprocess.Popen:
 
 
 def main_gpu_run(argv: Sequence[str]) -> int:
-    args = parser().parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
+    if args.plan:
+        print(format_plan(get_budget(args.budget)))
+        return 0 if all(lease.fits() for lease in plan_leases(get_budget(args.budget))) else 1
+    if args.out is None:
+        cli.error("the following arguments are required: --out")
     if args.collect is not None:
         for path in collect(args.collect, args.out):
             print(path)
@@ -207,9 +213,6 @@ def main_gpu_run(argv: Sequence[str]) -> int:
             )
             return 1
         return 0
-    if args.plan:
-        print(format_plan(get_budget(args.budget)))
-        return 0 if all(lease.fits() for lease in plan_leases(get_budget(args.budget))) else 1
     if args.rehearse:
         from gcl_monai.benchmark.gpu_run.rehearse import rehearse
 

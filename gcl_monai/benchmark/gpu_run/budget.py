@@ -95,6 +95,7 @@ _PAPER_SPEED = (
     "5",
     "--loader-patients",
     "24",
+    "--finetune-on-device",
 )
 #: loader workers of each pre-training (two side by side): the 16 cores of the lent machine shared (the bundles'
 #: default gives each run min(8, cores)); the pre-training draws its two views on the GPU (``views_on_device``: the
@@ -125,7 +126,16 @@ _PAPER = GpuRunBudget(
 _DEFAULT = _PAPER.replace(
     name="default",
     pretrain={**_PAPER.pretrain, "epochs": 80},
-    speed=(*_PAPER_SPEED[:-6], "--iterations", "10", "--warmup", "3", "--loader-patients", "12"),
+    speed=(
+        *_PAPER_SPEED[:-7],
+        "--iterations",
+        "10",
+        "--warmup",
+        "3",
+        "--loader-patients",
+        "12",
+        "--finetune-on-device",
+    ),
 )
 #: the rehearsal on a CPU: every step and code path at tiny sizes (a synthetic dataset of 12 patients at 32 x 32)
 _REHEARSE = GpuRunBudget(
@@ -164,6 +174,7 @@ _REHEARSE = GpuRunBudget(
         "2",
         "--finetune-rounds",
         "1",
+        "--finetune-on-device",
         "--skip-peak-rss",
         "--parts",
         "variants",

@@ -30,9 +30,12 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import subprocess
 import sys
 import tarfile
+import tempfile
+from collections.abc import Collection
 from importlib import metadata
 from pathlib import Path
 
@@ -44,6 +47,7 @@ __all__ = ["OFFLINE_PACKAGES", "download_wheels", "pack", "unpack"]
 OFFLINE_PACKAGES = ("monai", "pytorch-ignite", "nibabel", "fire", "termcolor")
 
 _MANIFEST = "manifest.json"
+_PATIENT = re.compile(r"^patient\d+")
 
 
 def _sha256(array: np.ndarray) -> str:
@@ -88,9 +92,25 @@ def _npy_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def pack(src: Path, archive: Path, preset: int = 6) -> dict:
+def _patient_of(relative: Path) -> str | None:
+    """The ACDC patient (``patientNNN``) a file belongs to, by its folder or its name; None for none."""
+    for part in relative.parts:
+        match = _PATIENT.match(part)
+        if match:
+            return match.group(0)
+    return None
+
+
+def pack(src: Path, archive: Path, preset: int = 6, patients: Collection[str] | None = None) -> dict:
     """
     Pack every file under ``src`` into ``archive`` (``.tar.xz``); returns the manifest.
+
+    Args:
+        src: the dataset folder.
+        archive: the ``.tar.xz`` to write.
+        preset: xz preset.
+        patients: pack only the files of these ACDC patients (a folder or file name starting ``patientNNN``) and the
+            files of no patient; None: every file.
 
     Raises:
         FileNotFoundError: when ``src`` is not a folder or holds no file.
@@ -99,6 +119,9 @@ def pack(src: Path, archive: Path, preset: int = 6) -> dict:
 
     src = Path(src)
     files = sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else []
+    if patients is not None:
+        kept = set(patients)
+        files = [p for p in files if _patient_of(p.relative_to(src)) in kept | {None}]
     if not files:
         raise FileNotFoundError(f"{src} is not a folder with files to pack.")
     archive.parent.mkdir(parents=True, exist_ok=True)
@@ -171,6 +194,35 @@ def unpack(archive: Path, dest: Path) -> list[Path]:
     return written
 
 
+def finetune_patients_of(returned: Path, data_root: Path) -> list[str]:
+    """
+    The patients the fine-tuning of a ``gpu-run`` reads
+    (:py:func:`gcl_monai.benchmark.gpu_run.steps.finetune_patients`), from what one of its calls brought back.
+
+    Raises:
+        SystemExit: a pre-training of the run is not finished with its encoder brought back (it would need every
+            pre-training patient).
+    """
+    from gcl_monai.benchmark.cells import read_status
+    from gcl_monai.benchmark.gpu_run import get_budget, unpack
+    from gcl_monai.benchmark.gpu_run.steps import finetune_patients
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "work"
+        state = unpack(returned, work)
+        unfinished = [
+            folder.parent.name
+            for folder in sorted(work.glob("results/*/pretrain/*/benchmark.json"))
+            if read_status(folder.parent).get("status") != "finished" or not (folder.parent / "encoder.pt").exists()
+        ]
+        if unfinished or not list(work.glob("results/*/pretrain/*/benchmark.json")):
+            raise SystemExit(
+                f"{returned}: pre-trainings not finished with their encoders ({', '.join(unfinished) or 'none ran'}): "
+                "they need every pre-training patient; pack the whole dataset."
+            )
+        return finetune_patients(work, get_budget(state["budget"]), Path(data_root))
+
+
 def download_wheels(dest: Path, python_version: str = "3.12") -> list[str]:
     """Download the wheels of :data:`OFFLINE_PACKAGES` at the versions installed here; returns the requirements."""
     requirements = [f"{name}=={metadata.version(name)}" for name in OFFLINE_PACKAGES]
@@ -202,6 +254,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("src", type=Path)
     p.add_argument("archive", type=Path)
     p.add_argument("--preset", type=int, default=6, help="xz preset (0-9)")
+    p.add_argument(
+        "--patients-of",
+        type=Path,
+        default=None,
+        metavar="RETURNED",
+        help="pack only the patients that the fine-tuning of a gpu-run reads (validation, test, labelled draws), "
+        "from what a call brought back (RETURNED), once both its pre-trainings are finished",
+    )
     u = commands.add_parser("unpack", help="restore a packed dataset folder")
     u.add_argument("archive", type=Path)
     u.add_argument("dest", type=Path)
@@ -210,9 +270,12 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("--python-version", default="3.12")
     args = parser.parse_args(argv)
     if args.command == "pack":
-        manifest = pack(args.src, args.archive, args.preset)
+        patients = None if args.patients_of is None else finetune_patients_of(args.patients_of, args.src.parent)
+        manifest = pack(args.src, args.archive, args.preset, patients)
         size = args.archive.stat().st_size / 2**20
         print(f"{args.archive}: {len(manifest)} files from {args.src}, {size:.1f} MiB")
+        if patients is not None:
+            print(f"patients of the fine-tuning: {len(patients)} ({', '.join(patients)})")
     elif args.command == "unpack":
         print(f"{args.dest}: {len(unpack(args.archive, args.dest))} files restored from {args.archive}")
     else:

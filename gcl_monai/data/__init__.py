@@ -37,12 +37,13 @@ from gcl_monai.data.splits import (
 )
 
 # imported on first use: the phantom (so `python -m gcl_monai.data.phantom` runs it only once) and the slice
-# dataset (torch-heavy)
+# dataset and its device batches (torch-heavy)
 _LAZY_EXPORTS = {
     "generate_acdc_phantom": "phantom",
     "synthesize_patient": "phantom",
     "SliceDataset": "slice_dataset",
     "SliceRecord": "slice_dataset",
+    "DeviceSliceBatches": "device_batches",
 }
 
 
@@ -72,6 +73,7 @@ __all__ = [
     "MULTISITE_LABEL_NAMES",
     "LABELED_POOLS",
     "DatalistError",
+    "DeviceSliceBatches",
     "SliceDataset",
     "SliceRecord",
     "assign_patient_ids",

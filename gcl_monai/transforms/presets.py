@@ -8,6 +8,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from monai.config import KeysCollection
 from monai.data import NibabelReader
 from monai.transforms import (
@@ -322,6 +323,7 @@ def finetune_transforms(
     track_meta: bool = False,
     seed: int | None = None,
     with_label: bool = True,
+    device: str | torch.device | None = None,
 ) -> Compose:
     """
     Random per-slice pipeline for supervised fine-tuning on ``"image"`` and ``"label"`` (``"image"`` only with
@@ -340,6 +342,9 @@ def finetune_transforms(
         track_meta: keep ``MetaTensor`` outputs; False (default) returns plain tensors.
         seed: seed of the random state; None draws it from NumPy's global generator.
         with_label: transform ``"label"`` with the image.
+        device: where ``RandAffined`` builds its grid and resamples (None: the CPU); the other transforms run on
+            the slices' device. Slices kept on a GPU (:py:class:`gcl_monai.data.DeviceSliceBatches`) are then
+            augmented there.
 
     Returns:
         the ``Compose``.
@@ -358,6 +363,7 @@ def finetune_transforms(
                 mode=("bilinear", "nearest")[: len(keys)],
                 padding_mode="zeros",
                 cache_grid=True,
+                device=device,
             ),
             RandAdjustContrastd(keys="image", prob=intensity_prob, gamma=(0.8, 1.25)),
             RandScaleIntensityd(keys="image", factors=0.1, prob=intensity_prob),

@@ -14,10 +14,11 @@ import torch
 from gcl_monai.benchmark.cells import write_status
 from gcl_monai.benchmark.experiment import Experiment
 from gcl_monai.benchmark.gpu_run import BUDGETS, LendingTerms, get_budget, pack, returned_violations, unpack
+from gcl_monai.benchmark.gpu_run.leases import format_plan, plan_leases
 from gcl_monai.benchmark.gpu_run.pack import ARCHIVE
 from gcl_monai.benchmark.gpu_run.state import RunState
 from gcl_monai.benchmark.gpu_run.steps import verdict_stops
-from gcl_monai.benchmark.gpu_run.terms import travel_bytes
+from gcl_monai.benchmark.gpu_run.terms import TERMS, travel_bytes
 from gcl_monai.benchmark.plan import plan_cells
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
@@ -187,9 +188,12 @@ def test_budgets_plan_the_paper_comparison(tmp_path):
         assert preset.pretrain["optimizer_name"] == "sgd" and preset.common["features"] == [32, 64, 128, 256, 512, 32]
         assert preset.finetune["batch_size"] == 5 and preset.finetune["lr"] == 1e-4
         assert preset.finetune["labeled_pool"] == "train+pretrain"
+        # the fine-tuning's slices on the GPU, no host read per iteration
+        assert preset.finetune["data_on_device"] and not preset.finetune["decollate"]
+        assert preset.finetune["log_interval"] > 1 and budget.jobs >= 6
     assert get_budget("paper").preset().pretrain["epochs"] == 300
     assert get_budget("paper").preset().finetune["epochs"] == 300
-    assert get_budget("default").preset().pretrain["epochs"] == 100  # the cut of docs/gpu_run.md
+    assert get_budget("default").preset().pretrain["epochs"] == 80  # the cut of docs/gpu_run.md
     assert get_budget("default").preset().finetune["epochs"] == 300
     experiment = Experiment("x", "acdc", get_budget("default").preset(), data_root=tmp_path, results_dir=tmp_path)
     pretrain, finetune = plan_cells(experiment)
@@ -328,10 +332,16 @@ def test_split_files_follow_the_data_to_another_machine(tmp_path):
     assert relocate_splits(tmp_path / "work", str(old), str(new)) == [path]
     moved = json.loads(path.read_text())["pretrain"][0]
     assert moved == {"image": f"{new}/training/p1.nii.gz", "patient": "p1", "organ_state": 0}
+    # a payload cut to the fine-tuning's patients: a pre-training patient may be missing, a test patient may not
     split["pretrain"][0]["label"] = f"{old}/training/p1_gt.nii.gz"  # not on the new machine
+    split["test"] = [{"image": f"{old}/training/p1.nii.gz", "label": f"{old}/training/p1_gt.nii.gz"}]
     path.write_text(json.dumps(split))
     with pytest.raises(FileNotFoundError, match="p1_gt.nii.gz is not in this machine's data"):
         relocate_splits(tmp_path / "work", str(old), str(new))
+    del split["test"]
+    path.write_text(json.dumps(split))
+    relocate_splits(tmp_path / "work", str(old), str(new))
+    assert json.loads(path.read_text())["pretrain"][0]["label"] == f"{new}/training/p1_gt.nii.gz"
 
 
 def test_repack_leaves_behind_the_weights_a_carry_has_no_room_for(tmp_path):
@@ -342,7 +352,7 @@ def test_repack_leaves_behind_the_weights_a_carry_has_no_room_for(tmp_path):
     manifest = repack(tmp_path / "out", tmp_path / "carry", max_bytes=70 << 10)  # the small files only
     assert sorted(manifest["left_behind"]) == [
         "results/x_acdc/pretrain/gcl/checkpoint_epoch=3.pt.bf16",
-        "results/x_acdc/pretrain/simclr/encoder.pt",
+        "results/x_acdc/pretrain/simclr/encoder.pt.bf16",  # a carry's encoders are bfloat16
     ]
     assert (tmp_path / "carry" / "report.md").read_text() == "# report\n"
     carried = json.loads((tmp_path / "carry" / "gpu_run.json").read_text())["returned"]
@@ -362,9 +372,41 @@ def test_make_carry_replaces_only_an_earlier_carry(tmp_path, capsys):
     carry = tmp_path / "carry"
     assert main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(carry)]) == 0
     assert "left behind (run again there): nothing" in capsys.readouterr().out  # tiny weights fit
+    # the finished encoder travels as bfloat16 (half the bytes) and is float32 again on the fresh machine
+    packed = json.loads((carry / "gpu_run.json").read_text())["returned"]["packed"]
+    assert "results/x_acdc/pretrain/simclr/encoder.pt.bf16" in packed
+    unpack(carry, tmp_path / "fresh")
+    restored = torch.load(tmp_path / "fresh" / "results" / "x_acdc" / "pretrain" / "simclr" / "encoder.pt")
+    original = torch.load(tmp_path / "work" / "results" / "x_acdc" / "pretrain" / "simclr" / "encoder.pt")
+    assert restored["conv_0.weight"].dtype == torch.float32
+    assert torch.equal(restored["conv_0.weight"], original["conv_0.weight"].to(torch.bfloat16).float())
+    assert not torch.equal(restored["conv_0.weight"], original["conv_0.weight"])
     assert main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(carry)]) == 0  # replaced
     assert returned_violations(carry) == []
     (carry / "notes.md").write_text("mine")
     with pytest.raises(SystemExit, match=r"holds other files than a carry \(notes.md\)"):
         main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(carry)])
     assert (carry / "notes.md").exists()
+
+
+def test_the_default_plan_fits_two_leases_and_the_papers_pretraining_fits_none():
+    """15 minutes of device time per lease, start-up included, 15% kept free (gcl_monai.benchmark.gpu_run.leases)."""
+    assert TERMS.device_seconds == 15 * 60 and TERMS.command_seconds == 10 * 60
+    default = plan_leases(get_budget("default"))
+    assert len(default) == 2 and all(lease.fits() for lease in default)
+    assert all(lease.seconds < 0.85 * TERMS.device_seconds for lease in default)
+    # the first lease holds both pre-trainings (they cannot resume on another machine at the paper's width)
+    assert any(what.startswith("pre-training simclr and gcl, 80 epochs") for what, _ in default[0].parts)
+    # 18.3 iterations x (0.112 + 0.022) s x 1.05 = 2.58 s per epoch
+    pretrain = dict(default[0].parts)["pre-training simclr and gcl, 80 epochs"]
+    assert pretrain == pytest.approx(80 * 878 / 48 * 0.134 * 1.05)
+    # 300 epochs x (4 + 8) batches x 6 draws x 2 methods = 43 200 iterations of 6.2 ms, and 24 cells x 15 s / 8
+    assert dict(default[1].parts)["24 cells of simclr, gcl"] == pytest.approx(43_200 * 0.0062 + 24 * 15 / 8)
+    paper = plan_leases(get_budget("paper"))
+    assert not paper[0].fits() and paper[0].seconds > TERMS.device_seconds
+    table = format_plan(get_budget("default"))
+    assert table.count("fits with 15% kept free") == 2 and "DOES NOT FIT" not in table
+    assert "DOES NOT FIT" in format_plan(get_budget("paper"))
+    from gcl_monai.benchmark.gpu_run.cli import main_gpu_run
+
+    assert main_gpu_run(["--plan"]) == 0 and main_gpu_run(["--plan", "--budget", "paper"]) == 1

@@ -113,3 +113,24 @@ def test_attributes_are_refused_not_dropped(tmp_path):
         h5.create_dataset("image", data=np.zeros((2, 2), dtype=np.float32)).attrs["spacing"] = (1.5, 1.5)
     with pytest.raises(ValueError, match="'image' has attributes"):
         pack(tmp_path / "src", tmp_path / "a.tar.xz")
+
+
+def test_a_payload_cut_to_some_patients_keeps_their_files_and_those_of_no_patient(tmp_path):
+    src = _dataset_folder(tmp_path / "src")
+    (src / "training" / "patient002").mkdir(parents=True)
+    (src / "training" / "patient002" / "Info.cfg").write_text("Group: NOR\n")
+    (src / "training" / "patient003").mkdir()
+    (src / "training" / "patient003" / "Info.cfg").write_text("Group: DCM\n")
+    with h5py.File(src / "patient004_frame01.h5", "w") as h5:
+        h5.create_dataset("label", data=np.zeros((2, 3), np.uint8))
+    manifest = pack(src, tmp_path / "cut.tar.xz", patients=["patient001", "patient003"])
+    assert sorted(manifest) == [
+        "README.md",
+        "images/Case00.nii.gz",
+        "patient001_frame01.h5",
+        "training/patient003/Info.cfg",
+    ]
+    written = unpack(tmp_path / "cut.tar.xz", tmp_path / "dst")
+    assert len(written) == 4 and (tmp_path / "dst" / "training" / "patient003" / "Info.cfg").read_text() == (
+        "Group: DCM\n"
+    )

@@ -12,9 +12,11 @@ import nibabel as nib
 import numpy as np
 import pytest
 import torch
+from ignite.engine import Events
 from monai.bundle import ConfigWorkflow
 from monai.networks.nets import BasicUNet
 from monai.transforms import LoadImage
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from gcl_monai.benchmark.report import read_scalars
 
@@ -611,3 +613,75 @@ def test_pretraining_sets_the_float32_matmul_precision(precision, tmp_path):
             assert torch.get_float32_matmul_precision() == "medium"
     finally:
         torch.set_float32_matmul_precision("highest")
+
+
+class _ScalarReads(TorchDispatchMode):
+    """
+    Counts the reads of a tensor's value by the host (``.item()``, ``float()``: a synchronisation on a GPU) while
+    ``active``. MONAI's spatial transforms read their spatial rank from a float64 scalar they create on the host
+    (``torch.tensor(3.0, dtype=torch.double)`` for a tensor without metadata), never on the device: not counted.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+        self.active = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += (
+            self.active and func is torch.ops.aten._local_scalar_dense.default and args[0].dtype != torch.float64
+        )
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_fine_tuning_with_the_slices_on_the_device_reads_no_value_per_iteration(on_device, tmp_path):
+    """
+    ``data_on_device`` with ``decollate`` off and the loss logged every ``log_interval`` iterations: the trainer's
+    batches come from ``DeviceSliceBatches`` (the dataset's augmentation, there) and the hot loop (from fetching the
+    batch to the last handler of the iteration) reads no tensor's value; the loader path with MONAI's decollation
+    reads the loss at every iteration. Adam's reads of its step counts are not counted: they are kept on the host
+    (``state["step"]`` is a CPU tensor unless ``capturable``), so they do not synchronise with a GPU.
+    """
+    iterations = 12
+    overrides = {
+        **TINY_FT,
+        "init": "random",
+        "epochs": 2,
+        "iterations_per_epoch": iterations // 2,
+        "val_interval": 3,  # none: the validation reads its metric
+        # no augmentation that reads a value (MONAI's AdjustContrast reads the image's range)
+        "train#preprocessing#intensity_prob": 0.0,
+    }
+    if on_device:
+        overrides.update(data_on_device=True, decollate=False, log_interval=iterations)
+    wf = ConfigWorkflow(
+        config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(tmp_path), run_id="run", **overrides
+    )
+    wf.initialize()
+    trainer = wf.parser.get_parsed_content("train#trainer")
+    assert type(trainer.data_loader).__name__ == ("DeviceSliceBatches" if on_device else "DataLoader")
+    reads = _ScalarReads()
+
+    def counting(active):
+        def switch(*_):
+            reads.active = active
+
+        return switch
+
+    trainer.add_event_handler(Events.GET_BATCH_STARTED, counting(True))
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, counting(False))
+    trainer.optimizer.register_step_pre_hook(counting(False))
+    trainer.optimizer.register_step_post_hook(counting(True))
+    with reads:
+        wf.run()
+    output = trainer.state.output
+    loss = output["loss"] if on_device else output[0]["loss"]
+    assert trainer.state.iteration == iterations and np.isfinite(float(loss))
+    scalars = read_scalars(tmp_path / "outputs" / "finetune" / "random_L1_d0_s0" / "tensorboard")
+    if on_device:
+        assert reads.count == 1, reads.count  # the loss, logged at the last iteration
+        assert len(scalars["train_loss"][1]) == 1
+    else:
+        assert reads.count >= iterations, reads.count
+        assert len(scalars["train_loss"][1]) == iterations

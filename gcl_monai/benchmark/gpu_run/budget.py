@@ -1,6 +1,7 @@
 """
-The sizes of each step of ``gpu-run``: the paper's budget, the default that fits a 25-minute lease (docs/gpu_run.md
-gives the predicted time of each step), and the rehearsal's tiny sizes on a CPU.
+The sizes of each step of ``gpu-run``: the paper's budget, the default that fits two 15-minute leases
+(:py:mod:`~gcl_monai.benchmark.gpu_run.leases` and docs/gpu_run.md give the predicted time of each step), and the
+rehearsal's tiny sizes on a CPU.
 """
 
 from __future__ import annotations
@@ -94,12 +95,20 @@ _PAPER_SPEED = (
     "5",
     "--loader-patients",
     "24",
+    "--finetune-on-device",
 )
-#: loader workers of each pre-training (two side by side) and of each fine-tuning cell (``jobs`` at once): the
-#: 16 cores of the lent machine shared among them (the bundles' default gives each run min(8, cores)); the
-#: pre-training draws its two views on the GPU (``views_on_device``: the same augmentation distribution, 0.03
-#: instead of 0.94 core-seconds of loader work per batch of 48, docs/gpu_run.md)
-_GPU_LOADERS = {"pretrain": {"num_workers": 4, "views_on_device": True}, "finetune": {"num_workers": 2}}
+#: loader workers of each pre-training (two side by side): the 16 cores of the lent machine shared (the bundles'
+#: default gives each run min(8, cores)); the pre-training draws its two views on the GPU (``views_on_device``: the
+#: same augmentation distribution, 0.03 instead of 0.94 core-seconds of loader work per batch of 48,
+#: docs/gpu_run.md). Each fine-tuning cell keeps its labelled slices on the GPU and augments them there
+#: (``data_on_device``: the same batches' distribution, no loader worker), reads no value per iteration
+#: (``decollate`` off, the loss logged every ``log_interval`` iterations) and validates without workers (its
+#: volumes are cached).
+_DEVICE_FINETUNE = {"data_on_device": True, "decollate": False, "log_interval": 25}
+_GPU_LOADERS = {
+    "pretrain": {"num_workers": 4, "views_on_device": True},
+    "finetune": {"num_workers": 0, **_DEVICE_FINETUNE},
+}
 #: the acdc bundle probes its encoder after the last epoch (docs/probe.md), on the CPU: not within the lease; the
 #: finished encoders come back exact and are probed afterwards (python -m gcl_monai.probe)
 _NO_PROBE = {"probe_interval": 0}
@@ -111,12 +120,22 @@ _PAPER = GpuRunBudget(
     finetune={**_FINETUNE, "val_interval": 25, **_GPU_LOADERS["finetune"]},
     speed=_PAPER_SPEED,
 )
-#: the default: the paper's recipes, the pre-training cut to 100 of its 300 epochs, so that the whole run fits
-#: 25 minutes of an H100 (docs/gpu_run.md, "Predicted time")
+#: the default: the paper's recipes, the pre-training cut to 80 of its 300 epochs, so that the speed benchmark, the
+#: diagnosis and both pre-trainings end within one 15-minute lease of an H100 and the fine-tuning within a second
+#: one (:py:mod:`~gcl_monai.benchmark.gpu_run.leases`, docs/gpu_run.md "Predicted time")
 _DEFAULT = _PAPER.replace(
     name="default",
-    pretrain={**_PAPER.pretrain, "epochs": 100},
-    speed=(*_PAPER_SPEED[:-6], "--iterations", "10", "--warmup", "3", "--loader-patients", "12"),
+    pretrain={**_PAPER.pretrain, "epochs": 80},
+    speed=(
+        *_PAPER_SPEED[:-7],
+        "--iterations",
+        "10",
+        "--warmup",
+        "3",
+        "--loader-patients",
+        "12",
+        "--finetune-on-device",
+    ),
 )
 #: the rehearsal on a CPU: every step and code path at tiny sizes (a synthetic dataset of 12 patients at 32 x 32)
 _REHEARSE = GpuRunBudget(
@@ -130,7 +149,7 @@ _REHEARSE = GpuRunBudget(
         "num_test": 2,
     },
     pretrain={**PAPER.pretrain, "batch_size": 4, "epochs": 2, "views_on_device": True, **_NO_PROBE},
-    finetune={**_FINETUNE, "epochs": 2, "val_interval": 1},
+    finetune={**_FINETUNE, "epochs": 2, "val_interval": 1, **_DEVICE_FINETUNE, "log_interval": 2},
     num_labeled=(1, 2),
     repeats=1,
     jobs=2,
@@ -155,6 +174,7 @@ _REHEARSE = GpuRunBudget(
         "2",
         "--finetune-rounds",
         "1",
+        "--finetune-on-device",
         "--skip-peak-rss",
         "--parts",
         "variants",

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gcl_monai.benchmark.gpu_run import steps
 from gcl_monai.benchmark.gpu_run.budget import BUDGETS, get_budget
+from gcl_monai.benchmark.gpu_run.leases import format_plan, plan_leases
 from gcl_monai.benchmark.gpu_run.pack import ARCHIVE, REPORT, collect, pack, repack, unpack
 from gcl_monai.benchmark.gpu_run.state import RunState, worker_running
 from gcl_monai.benchmark.gpu_run.summary import run_report
@@ -46,7 +47,7 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
         "(random, SimCLR, GCL at L = 1 and 2 over paired draws) on one GPU, within the lending terms: run the same "
         "command again until it returns 0 (docs/gpu_run.md).",
     )
-    p.add_argument("--out", type=Path, required=True, help="where the call leaves what comes back ($OUT)")
+    p.add_argument("--out", type=Path, default=None, help="where the call leaves what comes back ($OUT; required)")
     p.add_argument(
         "--work",
         type=Path,
@@ -64,8 +65,8 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
         "--budget",
         default="default",
         choices=[b for b in BUDGETS if b != "rehearse"] + ["rehearse"],
-        help="the sizes of the steps (default: the cut that fits 25 minutes of an H100; paper: the "
-        "paper's 300 + 300 epochs; rehearse: tiny, on a CPU)",
+        help="the sizes of the steps (default: the cut that fits two 15-minute leases of an H100; paper: the "
+        "paper's 300 + 300 epochs, whose pre-training fits no lease; rehearse: tiny, on a CPU)",
     )
     p.add_argument(
         "--data-root",
@@ -89,6 +90,11 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
         help="do not run: pack what a call brought back (RETURNED) again into --out, within the "
         "room that the checkout and .offline/ leave under the 64 MiB that travel; weights that do not fit are left "
         "behind and run again on the fresh machine",
+    )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="do not run: print the predicted H100 time of each lease of --budget against the lending terms",
     )
     p.add_argument(
         "--rehearse",
@@ -139,6 +145,8 @@ def _prepare(args: argparse.Namespace, state: RunState) -> None:
         restored = unpack(args.resume_from, args.work)
         if restored["budget"] != args.budget:
             raise SystemExit(f"{args.resume_from} holds a run of budget {restored['budget']!r}, not {args.budget!r}.")
+        if args.data_root is not None:  # this machine's data (the worker points the split files at it)
+            state.update(data_root=args.data_root)
         logger.info("Resumed the run from %s into %s.", args.resume_from, args.work)
         return
     if args.resume_from is not None:
@@ -172,7 +180,13 @@ def _start_worker(work: Path) -> subprocess.Popen:
 
 
 def main_gpu_run(argv: Sequence[str]) -> int:
-    args = parser().parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
+    if args.plan:
+        print(format_plan(get_budget(args.budget)))
+        return 0 if all(lease.fits() for lease in plan_leases(get_budget(args.budget))) else 1
+    if args.out is None:
+        cli.error("the following arguments are required: --out")
     if args.collect is not None:
         for path in collect(args.collect, args.out):
             print(path)

@@ -88,19 +88,26 @@ def _pretrain_folders(work: Path) -> list[Path]:
     return sorted(p.parent for p in work.glob(f"results/*/pretrain/*/{STATUS_FILE}"))
 
 
-def _weights(work: Path) -> list[tuple[Path, bool]]:
+def _weights(work: Path, encoders_bf16: bool) -> list[tuple[Path, bool]]:
     """The weights worth bringing back, most useful first: (path, store as bfloat16)."""
     finished, unfinished = [], []
     for folder in _pretrain_folders(work):
         status = read_status(folder).get("status")
         if status == "finished" and (folder / "encoder.pt").exists():
-            finished.append((folder / "encoder.pt", False))
+            finished.append((folder / "encoder.pt", encoders_bf16))
         elif status not in ("finished", "collapsed") and (checkpoint := latest_checkpoint(folder)):
             unfinished.append((Path(checkpoint), True))
     return finished + unfinished
 
 
-def pack(work: Path, out: Path, report: str, extra: Iterable[Path] = (), terms: LendingTerms = TERMS) -> dict:
+def pack(
+    work: Path,
+    out: Path,
+    report: str,
+    extra: Iterable[Path] = (),
+    terms: LendingTerms = TERMS,
+    encoders_bf16: bool = False,
+) -> dict:
     """
     Writes what comes back into ``out`` (see the module's description).
 
@@ -110,6 +117,8 @@ def pack(work: Path, out: Path, report: str, extra: Iterable[Path] = (), terms: 
         report: the text of ``report.md``.
         extra: further files copied as they are (the speed JSON).
         terms: the limits the returned files keep.
+        encoders_bf16: store the finished encoders' tensors as bfloat16 too (half the bytes: a carry to the next
+            lease, :py:func:`repack`); else in float32, exact.
 
     Returns:
         the manifest written into ``gpu_run.json``: ``packed`` and ``left_behind`` (paths relative to ``work``),
@@ -139,7 +148,7 @@ def pack(work: Path, out: Path, report: str, extra: Iterable[Path] = (), terms: 
                     tar.add(path, arcname=str(path.relative_to(work)))
                 except FileNotFoundError:  # replaced or removed by the running worker since it was listed
                     packed.remove(str(path.relative_to(work)))
-            for path, half in _weights(work):
+            for path, half in _weights(work, encoders_bf16):
                 relative = str(path.relative_to(work))
                 try:
                     if half:
@@ -300,7 +309,9 @@ def collect(returned: Path, into: Path) -> list[Path]:
 def repack(returned: Path, out: Path, max_bytes: int) -> dict:
     """
     What a ``gpu-run`` call brought back, packed again into at most ``max_bytes`` (the room the working tree leaves
-    for carrying it to a fresh machine): the weights that do not fit are left behind, and with them their
+    for carrying it to a fresh machine), the finished encoders as bfloat16 (18.9 MB at the paper's width in float32,
+    9.4 MB so; the fine-tuning that loads one starts from weights rounded by at most 2^-9 of their value, of the order
+    of its first Adam steps at 1e-4): the weights that do not fit are left behind, and with them their
     pre-trainings' folders (TensorBoard scalars) and their methods' cells, which the fresh machine runs again
     (:py:func:`unpack`); what the fresh machine would set aside (``discarded/``) is not carried.
 
@@ -314,7 +325,7 @@ def repack(returned: Path, out: Path, max_bytes: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"
         unpack(returned, work)
-        left_behind = pack(work, Path(tmp) / "trial", report, speed, terms=terms)["left_behind"]
+        left_behind = pack(work, Path(tmp) / "trial", report, speed, terms=terms, encoders_bf16=True)["left_behind"]
         # what the fresh machine would set aside travels not at all: the pre-trainings left behind, their cells
         for path in left_behind:
             _discard_pretraining(work / Path(path).parent)
@@ -322,7 +333,7 @@ def repack(returned: Path, out: Path, max_bytes: int) -> dict:
             shutil.rmtree(folder)
         if out.exists():
             shutil.rmtree(out)
-        manifest = pack(work, out, report, speed, terms=terms)
+        manifest = pack(work, out, report, speed, terms=terms, encoders_bf16=True)
     manifest["left_behind"] = sorted(set(manifest["left_behind"]) | set(left_behind))
     state = json.loads((out / STATE_FILE).read_text())
     (out / STATE_FILE).write_text(json.dumps({**state, "returned": manifest}, indent=1))

@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from gcl_monai.benchmark.bundles import default_bundle_dir
+from gcl_monai.benchmark.cells import labelled_subset
 from gcl_monai.benchmark.experiment import DATASETS, Experiment
 from gcl_monai.benchmark.gpu_run.budget import GpuRunBudget
+from gcl_monai.benchmark.plan import plan_cells
 from gcl_monai.benchmark.report import read_results
 from gcl_monai.benchmark.runner import run_experiment
 from gcl_monai.bundle import ensure_phantom
@@ -36,6 +38,7 @@ __all__ = [
     "checkout_root",
     "data_root",
     "experiment",
+    "finetune_patients",
     "relocate_splits",
     "run_compare",
     "run_diagnose",
@@ -77,6 +80,12 @@ def data_root(work: Path, budget: GpuRunBudget, given: str | None) -> Path:
     return root
 
 
+#: the parts of a split whose volumes every machine of a run must have: the validation and test patients (the
+#: labelled ones may be a few of ``train`` and ``pretrain``: a payload cut to the fine-tuning's patients,
+#: :py:func:`finetune_patients`, has only those)
+REQUIRED_PARTS = ("val", "test")
+
+
 def relocate_splits(work: Path, old: str, new: str) -> list[Path]:
     """
     Points the split files of a run resumed on another machine at this machine's copy of the data: every ``image``
@@ -92,23 +101,42 @@ def relocate_splits(work: Path, old: str, new: str) -> list[Path]:
         the split files rewritten.
 
     Raises:
-        FileNotFoundError: naming a volume of a split that is not in ``new``.
+        FileNotFoundError: naming a validation or test volume (:py:data:`REQUIRED_PARTS`) that is not in ``new``.
     """
     old, new = str(Path(old)), str(Path(new))
     rewritten = []
     for path in sorted(Path(work).glob("results/*/split*.json")) + sorted(Path(work).glob("diagnose/run/split.json")):
         split = load_split(path)
-        for entries in split.values():
+        for part, entries in split.items():
             for entry in entries:
                 for key in ("image", "label"):
                     value = entry.get(key)
                     if isinstance(value, str) and value.startswith(old + "/"):
                         entry[key] = new + value[len(old) :]
-                        if not Path(entry[key]).exists():
+                        if part in REQUIRED_PARTS and not Path(entry[key]).exists():
                             raise FileNotFoundError(f"{path}: {entry[key]} is not in this machine's data ({new}).")
         save_split(split, path)
         rewritten.append(path)
     return rewritten
+
+
+def finetune_patients(work: Path, budget: GpuRunBudget, data: Path) -> list[str]:
+    """
+    The patients whose volumes the comparison's fine-tuning and evaluation read: the validation and test patients
+    of its split and every fine-tuning cell's labelled draw (as its bundle draws it). Once both pre-trainings are
+    finished, a machine needs no other patient.
+
+    Args:
+        work: the work folder (its experiment's ``split.json`` written).
+        budget: the run's budget.
+        data: the folder holding ``acdc/``.
+    """
+    exp = experiment(work, budget, data)
+    split = load_split(exp.folder / "split.json")
+    patients = {entry["patient"] for part in REQUIRED_PARTS for entry in split[part]}
+    for cell in plan_cells(exp)[1]:
+        patients.update(entry["patient"] for entry in labelled_subset(cell))
+    return sorted(patients)
 
 
 def _run_logged(argv: list[str], log: Path, cwd: Path | None) -> int:

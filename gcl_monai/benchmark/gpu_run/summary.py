@@ -52,7 +52,8 @@ def speed_lines(speed: dict[str, Any], pretrain_epochs: int | None = None) -> li
     if "finetune" in speed:
         f = speed["finetune"]
         lines.append(
-            f"- fine-tuning iteration (demo bundle, batch {f['batch_size']}): {f['bundle_s']:.4f} s, of which "
+            f"- fine-tuning iteration (demo bundle, batch {f['batch_size']}"
+            f"{', slices on the device' if f.get('on_device') else ''}): {f['bundle_s']:.4f} s, of which "
             f"waiting for the batch {f['loading_s']:.4f} s; bare step {f['bare_s']:.4f} s (target <= 0.030 s)"
         )
     return lines

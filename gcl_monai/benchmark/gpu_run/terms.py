@@ -34,7 +34,7 @@ class LendingTerms:
     max_depth: int = 2
     tree_bytes: int = 64 * MIB
     command_seconds: int = 600
-    device_seconds: int = 1800
+    device_seconds: int = 900
 
 
 TERMS = LendingTerms()

@@ -1,15 +1,18 @@
-"""The options of a bundle run that are checked or applied before it starts: its on/off switches and torch's
-float32 matrix-product precision."""
+"""The options of a bundle run that are checked or applied before it starts: its on/off switches (and the component
+a switch turns off) and torch's float32 matrix-product precision."""
 
 from __future__ import annotations
 
 import logging
+from typing import TypeVar
 
 import torch
 
 logger = logging.getLogger("gcl_monai.bundle")
 
-__all__ = ["MATMUL_PRECISIONS", "check_switches", "set_float32_matmul_precision"]
+T = TypeVar("T")
+
+__all__ = ["MATMUL_PRECISIONS", "check_switches", "if_enabled", "set_float32_matmul_precision"]
 
 #: the values of ``torch.set_float32_matmul_precision``.
 MATMUL_PRECISIONS = ("highest", "high", "medium")
@@ -31,6 +34,15 @@ def check_switches(**switches: object) -> None:
             f"on/off switches must be True or False, got {shown}; on the command line write e.g. "
             f"--{next(iter(bad))} False (capitalised, a Python literal)."
         )
+
+
+def if_enabled(component: T, enabled: bool) -> T | None:
+    """
+    ``component`` when its switch is on, None when it is off: for an argument that takes None for "none of it",
+    where the component itself must exist either way (pre-training's GradFilter is checkpointed whether or not
+    the trainer filters with it).
+    """
+    return component if enabled else None
 
 
 def set_float32_matmul_precision(precision: str) -> None:

@@ -237,3 +237,53 @@ def test_a_meta_label_added_on_the_command_line_is_contrasted(tmp_path):
     assert {int(s["scanner"]) for s in wf.parser.get_parsed_content("train#dataset")} <= {0, 1}
     output = wf.parser.get_parsed_content("train#trainer").state.output
     assert {f"img/{m}" for m in meta_labels} <= set(output)
+
+
+def test_the_bundles_pipelines_compute_what_the_python_presets_compute(tmp_path):
+    """The pipelines listed in the configs and the presets of ``gcl_monai.transforms`` (the Python API) give the same
+    slices and, seeded alike, the same random views and augmentations: the configs changed how the pipelines are
+    written, not what they draw."""
+    from gcl_monai.bundle import ensure_phantom
+    from gcl_monai.data import load_datalist
+    from gcl_monai.transforms import (
+        finetune_transforms,
+        pretrain_transforms,
+        volume_eval_transforms,
+        volume_transforms,
+    )
+
+    item = load_datalist(ensure_phantom(tmp_path, num_patients=1), "acdc", meta_keys=["patient_id", "organ_state"])[0]
+    size = {"image_size": [32, 32]}
+    pretrain, train = _parser(DEMO / "pretrain.json", **size), _parser(DEMO / "train.json", **size)
+
+    def same(a, b):
+        assert a.keys() == b.keys()
+        for key in a:
+            if isinstance(a[key], torch.Tensor):
+                torch.testing.assert_close(torch.as_tensor(a[key]), torch.as_tensor(b[key]), rtol=0, atol=0)
+            else:
+                assert a[key] == b[key], key
+
+    pairs = [
+        (pretrain, "train#volume_transforms", volume_transforms(32, with_label=False, fov_scale=0.8)),
+        (train, "train#volume_transforms", volume_transforms(32, meta_keys=[], fov_scale=0.8)),
+    ]
+    for parser, key, preset in pairs:
+        listed = parser.get_parsed_content(key)(dict(item))
+        built = preset(dict(item))
+        assert len(listed) == len(built)
+        for a, b in zip(listed, built):
+            same(a, b)
+    same(
+        train.get_parsed_content("validate#preprocessing")(dict(item)),
+        volume_eval_transforms(32, fov_scale=0.8)(dict(item)),
+    )
+    slices = volume_transforms(32, meta_keys=[], fov_scale=0.8)(dict(item))[:6]
+    augmentations = [
+        (pretrain, pretrain_transforms(32, seed=0)),
+        (train, finetune_transforms(32, rotate_degrees=30.0, scale_range=0.2, affine_prob=0.8, seed=0)),
+    ]
+    for parser, preset in augmentations:
+        listed = parser.get_parsed_content("train#preprocessing").set_random_state(seed=0)
+        for s in slices:
+            same(listed(dict(s)), preset(dict(s)))

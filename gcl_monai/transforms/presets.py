@@ -1,4 +1,8 @@
-"""Factories of the standard GCL transform pipelines (usable from bundle configs via ``_target_``)."""
+"""
+The standard GCL transform pipelines as Python factories, for the Python API. The bundle configs list the same steps
+one by one with ``_target_`` (so that one override changes one step); ``tests/bundles/test_bundle_idiom.py`` checks
+that both compute the same slices and draw the same views and augmentations.
+"""
 
 from __future__ import annotations
 

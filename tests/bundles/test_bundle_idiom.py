@@ -287,3 +287,17 @@ def test_the_bundles_pipelines_compute_what_the_python_presets_compute(tmp_path)
         listed = parser.get_parsed_content("train#preprocessing").set_random_state(seed=0)
         for s in slices:
             same(listed(dict(s)), preset(dict(s)))
+
+
+@pytest.mark.parametrize(("config", "key"), [("pretrain", "network"), ("train", "local_network")])
+@pytest.mark.parametrize("sync_bn", [False, True])
+def test_sync_bn_converts_the_network_of_the_multi_gpu_overrides(config, key, sync_bn, monkeypatch):
+    """``--sync_bn True`` under ``torchrun``: the network's batch norms become ``SyncBatchNorm`` (``sync_bn_network``,
+    ``_disabled_`` otherwise); the device is the process's ``LOCAL_RANK`` (the CPU without CUDA)."""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    files = [DEMO / f"{config}.json", DEMO / f"multi_gpu_{config}.json"]
+    parser = _parser(files, sync_bn=sync_bn, features=[4, 4, 8, 8, 16, 4])
+    norms = {type(m) for m in parser.get_parsed_content(key).modules() if "BatchNorm" in type(m).__name__}
+    assert norms == ({torch.nn.SyncBatchNorm} if sync_bn else {torch.nn.BatchNorm2d})
+    assert parser.get_parsed_content("device") == torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    assert parser.get_parsed_content("dist_backend") == ("nccl" if torch.cuda.is_available() else "gloo")

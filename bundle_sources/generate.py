@@ -9,7 +9,9 @@ and the ``monai.bundle`` tools work on it unchanged, also after it is copied els
     python bundle_sources/generate.py --check  # exit 1 and name the configs that differ from their sources
 
 Every config of ``common`` is generated for every bundle folder of ``bundle_sources`` (a bundle without its own file
-for a config takes the common one as it is); ``logging.conf`` is copied; ``metadata.json`` and
+for a config takes the common one as it is); ``logging.conf`` and the overlays of ``common/recipes`` (pre-training
+recipes a user stacks on ``pretrain.json``: ``--config_file "['configs/pretrain.json','configs/recipes/sgd.json']"``)
+are copied; ``metadata.json`` and
 ``gcl_demo``'s ``demo.json`` are written in the bundles directly (see ``docs/architecture.md``, "One source for the
 bundles").
 """
@@ -56,6 +58,8 @@ def generated_configs(bundles: Path = BUNDLES) -> dict[Path, dict | str]:
                 # they have no dataset values and are copied as they are
                 content = _ordered(ConfigParser.load_config_files([str(common), str(values)]), content)
             out[bundles / bundle.name / "configs" / common.name] = content
+        for overlay in sorted((SOURCES / "common" / "recipes").glob("*.json")):
+            out[bundles / bundle.name / "configs" / "recipes" / overlay.name] = json.loads(overlay.read_text())
     return out
 
 
@@ -72,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             if current is None or (current != text if text is not None else json.loads(current) != content):
                 stale.append(path)
         else:
+            path.parent.mkdir(exist_ok=True)
             path.write_text(text if text is not None else json.dumps(content, indent=4) + "\n")
     for path in stale:
         print(f"{path} differs from its source in {SOURCES}; run python {Path(__file__).name}.", file=sys.stderr)

@@ -105,8 +105,9 @@ def test_installed_package_runs_its_installed_bundle(installed):
     assert bundles == venv_dir / "share" / "gcl-monai" / "bundles"
     assert sorted(p.name for p in bundles.iterdir()) == sorted(p.name for p in (REPO / "bundles").iterdir())
     for bundle in (REPO / "bundles").iterdir():  # every config of every bundle is shipped, unchanged
-        for config in (bundle / "configs").iterdir():
-            assert (bundles / bundle.name / "configs" / config.name).read_bytes() == config.read_bytes()
+        configs = bundle / "configs"
+        for config in (p for p in configs.rglob("*") if p.is_file()):  # the recipe overlays of configs/recipes too
+            assert (bundles / bundle.name / "configs" / config.relative_to(configs)).read_bytes() == config.read_bytes()
 
     # the installed bundle's inference, run from the install (its models/ is not written to)
     import nibabel as nib

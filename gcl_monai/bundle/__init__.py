@@ -1,14 +1,32 @@
-"""What a bundle config calls before its workflow runs: the split file and synthetic dataset it needs
+"""What a bundle config calls besides its components: the split file and synthetic dataset it needs
 (:mod:`~gcl_monai.bundle.data_setup`), the checks of its switches and the float32 matrix-product precision
-(:mod:`~gcl_monai.bundle.run_options`)."""
+(:mod:`~gcl_monai.bundle.run_options`), its device, rank and loader workers (:mod:`~gcl_monai.bundle.runtime`) and
+the pre-trained encoder's learning rate (:mod:`~gcl_monai.bundle.learning_rates`)."""
 
-from gcl_monai.bundle.data_setup import ensure_phantom, load_or_create_split
-from gcl_monai.bundle.run_options import MATMUL_PRECISIONS, check_switches, set_float32_matmul_precision
+from gcl_monai.bundle.data_setup import check_dataset_dir, ensure_phantom, load_or_create_split
+from gcl_monai.bundle.learning_rates import encoder_learning_rate
+from gcl_monai.bundle.run_options import (
+    MATMUL_PRECISIONS,
+    check_switches,
+    first_enabled,
+    if_enabled,
+    set_float32_matmul_precision,
+    training_loss,
+)
+from gcl_monai.bundle.runtime import default_device, default_num_workers, process_rank
 
 __all__ = [
     "MATMUL_PRECISIONS",
+    "check_dataset_dir",
     "check_switches",
+    "default_device",
+    "default_num_workers",
+    "encoder_learning_rate",
     "ensure_phantom",
+    "first_enabled",
+    "if_enabled",
     "load_or_create_split",
+    "process_rank",
     "set_float32_matmul_precision",
+    "training_loss",
 ]

@@ -4,16 +4,16 @@ synthetic dataset on demand."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gcl_monai.data.layouts import load_datalist
+from gcl_monai.data.layouts import detect_layout, load_datalist
 from gcl_monai.data.phantom import generate_acdc_phantom
 from gcl_monai.data.splits import load_split, save_split, split_patients
 
 logger = logging.getLogger("gcl_monai.bundle")
 
-__all__ = ["load_or_create_split", "ensure_phantom"]
+__all__ = ["check_dataset_dir", "load_or_create_split", "ensure_phantom"]
 
 
 def load_or_create_split(
@@ -26,7 +26,7 @@ def load_or_create_split(
     seed: int = 0,
     meta_keys: Sequence[str] | None = None,
     stratify_key: str | None = "group",
-    **reader_kwargs,
+    dataset_options: Mapping | None = None,
 ) -> dict[str, list[dict]]:
     """
     The experiment's patient-level split: read from ``split_file`` when it exists, otherwise built from the
@@ -43,17 +43,29 @@ def load_or_create_split(
         seed: seed of the split.
         meta_keys: meta labels that must exist in the datalist.
         stratify_key: stratification key (ACDC pathology group).
-        reader_kwargs: passed to the dataset's reader (e.g. the DICOM reader's ``cache_dir``, ``phase_bins``).
+        dataset_options: passed to the dataset's reader (e.g. the DICOM reader's ``cache_dir``, ``phase_bins``).
     """
     split_file = Path(split_file)
     if split_file.exists():
         logger.info("Using the split in %s.", split_file)
         return load_split(split_file)
-    datalist = load_datalist(dataset_dir, dataset=dataset, meta_keys=meta_keys, **reader_kwargs)
+    datalist = load_datalist(dataset_dir, dataset=dataset, meta_keys=meta_keys, **(dataset_options or {}))
     split = split_patients(datalist, num_pretrain, num_val, num_test, seed=seed, stratify_key=stratify_key)
     save_split(split, split_file)
     logger.info("Wrote the split to %s.", split_file)
     return split
+
+
+def check_dataset_dir(split_file: str | Path, dataset_dir: str | Path, dataset: str = "auto") -> None:
+    """
+    Checks the layout of the dataset folder before a run does any work (:py:func:`gcl_monai.data.detect_layout`),
+    unless ``split_file`` exists: the split then names every file, and the folder is not read.
+
+    Raises:
+        ValueError, FileNotFoundError: as :py:func:`gcl_monai.data.detect_layout`.
+    """
+    if not Path(split_file).exists():
+        detect_layout(dataset_dir, dataset)
 
 
 def ensure_phantom(out_dir: str | Path, num_patients: int = 20, seed: int = 0, image_size: int = 128) -> str:

@@ -1,15 +1,26 @@
-"""The options of a bundle run that are checked or applied before it starts: its on/off switches and torch's
-float32 matrix-product precision."""
+"""The options of a bundle run that are checked or applied before it starts: its on/off switches (the component a
+switch turns off, the one it leaves, the training output a switch shapes) and torch's float32 matrix-product
+precision."""
 
 from __future__ import annotations
 
 import logging
+from typing import TypeVar
 
 import torch
 
 logger = logging.getLogger("gcl_monai.bundle")
 
-__all__ = ["MATMUL_PRECISIONS", "check_switches", "set_float32_matmul_precision"]
+T = TypeVar("T")
+
+__all__ = [
+    "MATMUL_PRECISIONS",
+    "check_switches",
+    "first_enabled",
+    "if_enabled",
+    "set_float32_matmul_precision",
+    "training_loss",
+]
 
 #: the values of ``torch.set_float32_matmul_precision``.
 MATMUL_PRECISIONS = ("highest", "high", "medium")
@@ -31,6 +42,37 @@ def check_switches(**switches: object) -> None:
             f"on/off switches must be True or False, got {shown}; on the command line write e.g. "
             f"--{next(iter(bad))} False (capitalised, a Python literal)."
         )
+
+
+def if_enabled(component: T, enabled: bool) -> T | None:
+    """
+    ``component`` when its switch is on, None when it is off: for an argument that takes None for "none of it",
+    where the component itself must exist either way (pre-training's GradFilter is checkpointed whether or not
+    the trainer filters with it).
+    """
+    return component if enabled else None
+
+
+def first_enabled(*components: T | None) -> T:
+    """
+    The first of ``components`` that a switch left on (not None): e.g. the training's loader or, with
+    ``data_on_device``, its batches drawn on the device, each the other's ``_disabled_``.
+
+    Raises:
+        ValueError: every component is switched off.
+    """
+    for component in components:
+        if component is not None:
+            return component
+    raise ValueError(f"all {len(components)} components are switched off (_disabled_); one must be on.")
+
+
+def training_loss(output: dict | list[dict]) -> torch.Tensor:
+    """
+    The loss of a trainer's iteration output, decollated (a list of per-item dicts, each holding the batch's loss:
+    MONAI's default) or not (the batch's dict: ``decollate`` False): for the loss handlers' ``output_transform``.
+    """
+    return (output[0] if isinstance(output, list) else output)["loss"]
 
 
 def set_float32_matmul_precision(precision: str) -> None:

@@ -20,6 +20,7 @@ from gcl_monai.transforms.presets import (
 from gcl_monai.transforms.slicing import SLICE_INDEX_KEY, SLICE_QUANTILE_KEY, VolumeToSlicesd, slice_quantiles
 from gcl_monai.transforms.view_strengths import ViewStrengths
 from gcl_monai.transforms.views import ContrastiveViewsd, RandRelativeGaussianNoised
+from gcl_monai.transforms.volume_loading import LoadVolumed
 
 __all__ = [
     "PositionSortedPydicomReader",
@@ -34,6 +35,7 @@ __all__ = [
     "CenterSquareCropd",
     "field_of_view_crop",
     "H5Reader",
+    "LoadVolumed",
     "VolumeToSlicesd",
     "slice_quantiles",
     "SLICE_QUANTILE_KEY",

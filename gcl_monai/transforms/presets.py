@@ -1,22 +1,23 @@
-"""Factories of the standard GCL transform pipelines (usable from bundle configs via ``_target_``)."""
+"""
+The standard GCL transform pipelines as Python factories, for the Python API. The bundle configs list the same steps
+one by one with ``_target_`` (so that one override changes one step); ``tests/bundles/test_bundle_idiom.py`` checks
+that both compute the same slices and draw the same views and augmentations.
+"""
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from monai.config import KeysCollection
-from monai.data import NibabelReader
 from monai.transforms import (
     Compose,
     CopyItemsd,
     EnsureChannelFirstd,
     EnsureTyped,
-    LoadImaged,
     MapLabelValued,
     MapTransform,
     NormalizeIntensityd,
@@ -31,9 +32,9 @@ from monai.transforms import (
 from monai.utils import MAX_SEED, ensure_tuple_rep
 
 from gcl_monai.transforms.field_of_view import field_of_view_crop
-from gcl_monai.transforms.h5_reader import H5Reader
 from gcl_monai.transforms.slicing import VolumeToSlicesd
 from gcl_monai.transforms.views import ContrastiveViewsd, RandRelativeGaussianNoised
+from gcl_monai.transforms.volume_loading import LoadVolumed
 
 __all__ = [
     "DICE_GRIDS",
@@ -89,24 +90,6 @@ class SelectChanneld(MapTransform):
         return d
 
 
-def _volume_loader(keys: KeysCollection) -> LoadImaged:
-    """
-    ``LoadImaged`` (float32, image only) for the volumes of a datalist, NIfTI or HDF5 (a DICOM archive is converted
-    to NIfTI first), the reader chosen by suffix: ``NibabelReader`` and :class:`H5Reader` registered last (tried
-    first, each only on its suffixes), then MONAI's default readers.
-
-    MONAI's ``LoadImage`` constructs each of its default readers, even when one is named; with pydicom installed its
-    ``NvImgCodecPydicomReader`` warns at every construction that the nvImageCodec plugin did not register, which is
-    irrelevant to NIfTI and HDF5: that one warning is silenced while the loader is built, no other.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="NvImgCodecPydicomReader", category=UserWarning)
-        loader = LoadImaged(keys=keys, image_only=True, dtype=np.float32)
-    loader.register(NibabelReader())
-    loader.register(H5Reader())
-    return loader
-
-
 def _label_map_lists(label_map: Mapping | Sequence) -> tuple[list[float], list[float]]:
     """``{orig: target}`` (keys may be strings, as in JSON) or ``[(orig, target), ...]`` -> two lists."""
     pairs = label_map.items() if isinstance(label_map, Mapping) else label_map
@@ -135,8 +118,7 @@ def _volume_steps(
     """
     if intensity not in INTENSITY_MODES:
         raise ValueError(f"intensity must be one of {INTENSITY_MODES}, got {intensity!r}.")
-    loader = _volume_loader(keys)
-    steps: list = [loader, EnsureChannelFirstd(keys=keys), SelectChanneld(keys="image")]
+    steps: list = [LoadVolumed(keys=keys), EnsureChannelFirstd(keys=keys), SelectChanneld(keys="image")]
     if "label" in keys and label_map is not None:
         orig, target = _label_map_lists(label_map)
         steps.append(MapLabelValued(keys="label", orig_labels=orig, target_labels=target))
@@ -181,8 +163,9 @@ def volume_transforms(
 
     Steps (keys ``"image"`` and, with ``with_label``, ``"label"``):
 
-    1. ``LoadImaged`` with the reader chosen by suffix: :class:`H5Reader` for ``.h5#dataset``,
-       ``NibabelReader`` for NIfTI (a DICOM archive is converted to NIfTI first, see ``docs/dicom.md``);
+    1. :class:`LoadVolumed` (``LoadImaged`` with the reader chosen by suffix: :class:`H5Reader` for
+       ``.h5#dataset``, ``NibabelReader`` for NIfTI; a DICOM archive is converted to NIfTI first, see
+       ``docs/dicom.md``);
     2. ``EnsureChannelFirstd``; :class:`SelectChanneld` when the item has ``"channel"``;
     3. ``MapLabelValued`` when ``label_map`` is given (e.g. MM-WHS ``{205: 1, 420: 2, ..., 850: 7}``);
     4. per-volume intensity normalisation of the image: ``"percentile"``: percentiles 1-99 -> [0, 1], clipped

@@ -7,7 +7,14 @@ import json
 import pytest
 import torch
 
-from gcl_monai.bundle import check_switches, ensure_phantom, load_or_create_split, set_float32_matmul_precision
+from gcl_monai.bundle import (
+    check_switches,
+    ensure_phantom,
+    first_enabled,
+    load_or_create_split,
+    set_float32_matmul_precision,
+    training_loss,
+)
 
 
 def test_check_switches_refuses_anything_but_a_boolean():
@@ -43,3 +50,17 @@ def test_phantom_is_generated_once_and_the_split_written_once(tmp_path):
     # the folder is not read again once the split exists: a missing folder does not matter
     again = load_or_create_split(split_file, tmp_path / "nowhere")
     assert json.dumps(again, sort_keys=True) == json.dumps(split, sort_keys=True)
+
+
+def test_first_enabled_takes_the_component_its_switch_left_on():
+    loader, device_batches = object(), object()
+    assert first_enabled(loader, None) is loader
+    assert first_enabled(None, device_batches) is device_batches
+    with pytest.raises(ValueError, match="all 2 components are switched off"):
+        first_enabled(None, None)
+
+
+def test_training_loss_reads_a_decollated_and_a_batch_output():
+    loss = torch.tensor(0.25)
+    assert training_loss({"loss": loss, "pred": torch.zeros(2)}) is loss
+    assert training_loss([{"loss": loss}, {"loss": loss}]) is loss

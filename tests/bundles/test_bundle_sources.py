@@ -64,7 +64,7 @@ def test_generated_configs_are_in_sync():
 
 @pytest.mark.parametrize("bundle", BUNDLES)
 def test_every_workflow_has_one_source(bundle):
-    generated = sorted(WORKFLOWS + ["logging.conf"])
+    generated = sorted(WORKFLOWS + ["logging.conf", "recipes"])
     assert sorted(p.name for p in (SOURCES / "common").iterdir()) == generated
     hand_written = {p.name for p in (REPO / "bundles" / bundle / "configs").iterdir()} - set(generated)
     assert hand_written <= {"metadata.json", "demo.json"}, hand_written

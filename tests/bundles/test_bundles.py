@@ -77,8 +77,10 @@ def test_bundle_layout_and_metadata(bundle):
     # MONAI components, plus the few of gcl_monai that make a 2D network a 3D model, guard its input, choose the
     # field of view's crop and the largest-component clean-up (each returning MONAI transforms), stack a DICOM series
     # by position and write DICOM SEG
-    used = set(re.findall(r"gcl_monai(?:\.\w+)+", json.dumps(inference))) - {"gcl_monai.data", "gcl_monai.engines"}
+    imports = {"gcl_monai.bundle", "gcl_monai.data", "gcl_monai.engines"}
+    used = set(re.findall(r"gcl_monai(?:\.\w+)+", json.dumps(inference))) - imports
     assert used == {
+        "gcl_monai.bundle.default_device",
         "gcl_monai.networks.SliceWise",
         "gcl_monai.transforms.SelectFramed",
         "gcl_monai.transforms.RepairNonFinited",
@@ -103,8 +105,12 @@ def test_pretraining_sees_the_field_of_view_of_fine_tuning(bundle):
         }
         assert len(set(fov.values())) == 1, fov
     pretrain = json.loads((configs / "pretrain.json").read_text())
-    assert pretrain["train"]["volume_transforms"]["fov_scale"] == "@fov_scale"
-    assert pretrain["train"]["volume_transforms"]["fov_shape"] == "@fov_shape"
+    (crop,) = [
+        step
+        for step in pretrain["train"]["volume_transforms"]["transforms"]
+        if step["_target_"] == "gcl_monai.transforms.field_of_view_crop"
+    ]
+    assert crop["fov_scale"] == "@fov_scale" and crop["fov_shape"] == "@fov_shape"
     parser = ConfigWorkflow(config_file=str(configs / "pretrain.json"), workflow_type=None, fov_scale=0.5).parser
     transform = parser.get_parsed_content("train#volume_transforms", instantiate=True)
     crops = [t for t in transform.transforms if type(t).__name__ == "CenterScaleCropd"]

@@ -657,7 +657,7 @@ def test_fine_tuning_with_the_slices_on_the_device_reads_no_value_per_iteration(
         "iterations_per_epoch": iterations // 2,
         "val_interval": 3,  # none: the validation reads its metric
         # no augmentation that reads a value (MONAI's AdjustContrast reads the image's range)
-        "train#preprocessing#intensity_prob": 0.0,
+        **{f"train#preprocessing#transforms#{step}#prob": 0.0 for step in (3, 4, 5, 6)},  # the intensity steps
     }
     if on_device:
         overrides.update(data_on_device=True, decollate=False, log_interval=iterations)

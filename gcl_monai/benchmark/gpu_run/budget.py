@@ -79,24 +79,25 @@ class GpuRunBudget:
         return dataclasses.replace(self, **changes)
 
 
-_PAPER_SPEED = (
-    "--batch-size",
-    "48",
-    "--features",
-    "32",
-    "64",
-    "128",
-    "256",
-    "512",
-    "32",
-    "--iterations",
-    "20",
-    "--warmup",
-    "5",
-    "--loader-patients",
-    "24",
-    "--finetune-on-device",
-)
+def _speed_args(iterations: int, warmup: int, loader_patients: int) -> tuple[str, ...]:
+    """``benchmarks.bench_pretrain_iteration`` arguments at the paper's batch and width, with the fine-tuning
+    iteration timed on the device (``--finetune-on-device``)."""
+    return (
+        "--batch-size",
+        "48",
+        "--features",
+        *("32", "64", "128", "256", "512", "32"),
+        "--iterations",
+        str(iterations),
+        "--warmup",
+        str(warmup),
+        "--loader-patients",
+        str(loader_patients),
+        "--finetune-on-device",
+    )
+
+
+_PAPER_SPEED = _speed_args(iterations=20, warmup=5, loader_patients=24)
 #: loader workers of each pre-training (two side by side): the 16 cores of the lent machine shared (the bundles'
 #: default gives each run min(8, cores)); the pre-training draws its two views on the GPU (``views_on_device``: the
 #: same augmentation distribution, 0.03 instead of 0.94 core-seconds of loader work per batch of 48,
@@ -126,16 +127,7 @@ _PAPER = GpuRunBudget(
 _DEFAULT = _PAPER.replace(
     name="default",
     pretrain={**_PAPER.pretrain, "epochs": 80},
-    speed=(
-        *_PAPER_SPEED[:-7],
-        "--iterations",
-        "10",
-        "--warmup",
-        "3",
-        "--loader-patients",
-        "12",
-        "--finetune-on-device",
-    ),
+    speed=_speed_args(iterations=10, warmup=3, loader_patients=12),
 )
 #: the rehearsal on a CPU: every step and code path at tiny sizes (a synthetic dataset of 12 patients at 32 x 32)
 _REHEARSE = GpuRunBudget(

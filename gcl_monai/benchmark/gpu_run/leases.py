@@ -1,15 +1,18 @@
 """
-The predicted device time of ``gpu-run`` on an H100, lease by lease (``gpu-run --plan``): what each lease runs and
-whether it fits the lending terms' device time (:py:data:`~gcl_monai.benchmark.gpu_run.terms.TERMS`), start-up
-included. docs/gpu_run.md, "Predicted time", derives every constant below; in short:
+The predicted device time of ``gpu-run`` on an H100 or H200, lease by lease (``gpu-run --plan``): what each lease
+runs and whether it fits the lending terms' device time (:py:data:`~gcl_monai.benchmark.gpu_run.terms.TERMS`),
+start-up included. docs/gpu_run.md, "Predicted time", derives every constant below; in short:
+
+- measured in the first lease, on an H200 (2026-11-26, docs/results/gpu-default_acdc): the machine's start, the
+  wheels, the data and the worker's start 110 s; the ``speed`` step 67 s; the ``diagnose`` step 86 s; the bare
+  fine-tuning step (batch 5, paper width, slices on the device) 13.7 ms, 2.2 times the 6.2 ms predicted from FLOPs;
 
 - measured on an H100 at a0519ee (../shared/notes/gpu_paper_preset_acdc.md): a pre-training iteration of batch 48
   at the paper's width takes 0.022 s (SimCLR) and 0.112 s (full GCL);
 - a pre-training epoch is 18.3 iterations (878 slices of the 48 pre-training patients over batch 48), its views
   drawn on the GPU for 5% more;
-- a fine-tuning iteration (batch 5, paper-width U-Net) is 95.8 GFLOP: 3.4 ms at the 28.5 TFLOP/s the H100 reached
-  on SimCLR, taken as 5 ms; its augmentation on the device (``data_on_device``) dispatches about 600 ATen
-  operations per batch (docs/results/finetune_data_cpu.json), taken as 2 us of GPU time each;
+- a fine-tuning iteration's augmentation on the device (``data_on_device``) dispatches about 600 ATen operations
+  per batch (docs/results/finetune_data_cpu.json), taken as 2 us of GPU time each;
 - the fine-tuning cells share the GPU and run ``jobs`` at once; their host work (about 18 ms per iteration: the
   augmentation's 9 ms measured here plus 1 114 operations of the step at 7.5 us) leaves the GPU the bottleneck;
 - a labelled ACDC patient gives about 20 slices (two frames), 4 batches of 5 per epoch;
@@ -17,7 +20,7 @@ included. docs/gpu_run.md, "Predicted time", derives every constant below; in sh
 
 A pre-training cannot resume on another machine at the paper's width (its checkpoint and the pre-training patients
 do not travel together: docs/gpu_run.md, "On a fresh machine"), so it must end within its lease; fine-tuning resumes
-by cell, so its cells may go to the next lease.
+by cell, so the pre-trained methods' cells fill as many later leases as they need.
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ from gcl_monai.benchmark.gpu_run.terms import TERMS, LendingTerms
 
 __all__ = ["Lease", "format_plan", "plan_leases"]
 
-#: machine start, installing the wheels, unpacking the ACDC payload (the device README: "a minute or more" to start)
-START_S = 150.0
-#: the ``speed`` step by budget, and the ``diagnose`` step (300 GCL iterations, reading 48 patients, start)
-SPEED_S = {"default": 90.0, "paper": 120.0}
-DIAGNOSE_S = 66.0
+#: machine start, installing the wheels, unpacking the ACDC payload, the worker's start (measured, H200)
+START_S = 110.0
+#: the ``speed`` step by budget (measured for the default, H200), and the ``diagnose`` step (measured, H200)
+SPEED_S = {"default": 67.0, "paper": 100.0}
+DIAGNOSE_S = 86.0
 #: packing what comes back, per call, and the calls of a lease (10 minutes at most each)
 PACK_S = 30.0
 CALLS_PER_LEASE = 2
@@ -41,8 +44,8 @@ CALLS_PER_LEASE = 2
 PRETRAIN_ITERATION_S = {"simclr": 0.022, "gcl": 0.112}
 PRETRAIN_ITERATIONS_PER_EPOCH = 878 / 48
 VIEWS_ON_DEVICE = 1.05
-#: H100 GPU seconds per fine-tuning iteration: the step, and the augmentation's ~600 operations at 2 us
-FINETUNE_STEP_S = 0.005
+#: GPU seconds per fine-tuning iteration: the bare step (measured, H200), the augmentation's ~600 operations at 2 us
+FINETUNE_STEP_S = 0.0137
 FINETUNE_AUGMENT_S = 600 * 2e-6
 #: labelled slices per ACDC patient, and each fine-tuning cell's fixed seconds
 SLICES_PER_PATIENT = 20
@@ -66,52 +69,69 @@ class Lease:
         return self.seconds <= (1 - margin) * terms.device_seconds
 
 
-def _finetune_seconds(budget: GpuRunBudget, methods: tuple[str, ...]) -> tuple[float, int]:
-    """GPU seconds of the fine-tuning cells of ``methods`` (the GPU the bottleneck) and their number."""
-    epochs = budget.finetune["epochs"]
-    per_batch = budget.finetune["batch_size"]
-    iterations = sum(
-        epochs * -(-SLICES_PER_PATIENT * n // per_batch) * budget.repeats * len(methods) for n in budget.num_labeled
-    )
-    cells = len(methods) * len(budget.num_labeled) * budget.repeats
-    return iterations * (FINETUNE_STEP_S + FINETUNE_AUGMENT_S) + cells * CELL_FIXED_S / budget.jobs, cells
+def _cell_seconds(budget: GpuRunBudget) -> dict[int, float]:
+    """GPU seconds of one fine-tuning cell at each L (the GPU the bottleneck: ``jobs`` cells share it)."""
+    epochs, per_batch = budget.finetune["epochs"], budget.finetune["batch_size"]
+    return {
+        n: epochs * -(-SLICES_PER_PATIENT * n // per_batch) * (FINETUNE_STEP_S + FINETUNE_AUGMENT_S)
+        + CELL_FIXED_S / budget.jobs
+        for n in budget.num_labeled
+    }
 
 
-def plan_leases(budget: GpuRunBudget) -> list[Lease]:
+def plan_leases(budget: GpuRunBudget, terms: LendingTerms = TERMS) -> list[Lease]:
     """
-    The leases of a GPU budget: the first runs the speed benchmark, the diagnosis, both pre-trainings side by side
-    and the random-init cells beside them (which need no encoder); the second, on a fresh machine that the finished
-    encoders reach with the carry, the cells of the pre-trained methods.
+    The leases of a GPU budget. The first runs the speed benchmark, the diagnosis and both pre-trainings side by
+    side; the fine-tuning cells, random-init first (they need no encoder), then the pre-trained methods' (their
+    encoders reach a fresh machine with the carry), fill the GPU time left in it and as many later leases as they
+    need, in that order and by L, each lease's device time kept :py:data:`MARGIN` free.
     """
-    start_and_pack = [("machine start, wheels, data", START_S), ("packing", CALLS_PER_LEASE * PACK_S)]
+    start = ("machine start, wheels, data", START_S)
+    pack = ("packing", CALLS_PER_LEASE * PACK_S)
     epochs = budget.pretrain["epochs"]
     pretrain = PRETRAIN_ITERATIONS_PER_EPOCH * epochs * sum(PRETRAIN_ITERATION_S.values()) * VIEWS_ON_DEVICE
-    random_s, random_cells = _finetune_seconds(budget, ("random",))
+    per_cell = _cell_seconds(budget)
     pretrained = tuple(m for m in budget.methods if m != "random")
-    cells_s, cells = _finetune_seconds(budget, pretrained)
-    first = Lease(
-        (
-            start_and_pack[0],
-            ("speed", SPEED_S[budget.name]),
-            ("diagnose", DIAGNOSE_S),
-            (f"pre-training {' and '.join(PRETRAIN_ITERATION_S)}, {epochs} epochs", pretrain),
-            (f"{random_cells} random-init cells beside it", random_s),
-            start_and_pack[1],
-        )
-    )
-    second = Lease((start_and_pack[0], (f"{cells} cells of {', '.join(pretrained)}", cells_s), start_and_pack[1]))
-    return [first, second]
+    cells = [("random", n) for n in budget.num_labeled for _ in range(budget.repeats)]
+    cells += [(m, n) for n in budget.num_labeled for m in pretrained for _ in range(budget.repeats)]
+    room = (1 - MARGIN) * terms.device_seconds - start[1] - pack[1]
+    if max(per_cell.values()) > room:
+        raise ValueError(f"a fine-tuning cell at L = {max(per_cell, key=per_cell.get)} fits no lease.")
+    fixed = [
+        ("speed", SPEED_S[budget.name]),
+        ("diagnose", DIAGNOSE_S),
+        (f"pre-training {' and '.join(PRETRAIN_ITERATION_S)}, {epochs} epochs", pretrain),
+    ]
+    leases, batch = [], []
+    for cell in cells + [None]:
+        used = sum(seconds for _, seconds in fixed) + sum(per_cell[n] for _, n in batch)
+        if cell is None or ((batch or fixed) and used + per_cell[cell[1]] > room):
+            leases.append(Lease((start, *fixed, *_cell_parts(batch, per_cell), pack)))
+            fixed, batch = [], []
+        if cell is not None:
+            batch.append(cell)
+    return leases
+
+
+def _cell_parts(batch: list[tuple[str, int]], per_cell: dict[int, float]) -> list[tuple[str, float]]:
+    """One part per method of ``batch``'s cells: how many at each L, and their GPU seconds."""
+    parts = []
+    for method in dict.fromkeys(m for m, _ in batch):
+        ls = [n for m, n in batch if m == method]
+        counts = ", ".join(f"{ls.count(n)} at L = {n}" for n in dict.fromkeys(ls))
+        parts.append((f"{len(ls)} {method} cells ({counts})", sum(per_cell[n] for n in ls)))
+    return parts
 
 
 def format_plan(budget: GpuRunBudget, terms: LendingTerms = TERMS) -> str:
     """The plan as a Markdown table, one row per part, and each lease's total against the device time."""
     lines = [
-        f"budget {budget.name}: predicted H100 seconds per lease",
+        f"budget {budget.name}: predicted GPU seconds per lease (H200 measurements, docs/gpu_run.md)",
         "",
         "| lease | part | seconds |",
         "|---|---|---|",
     ]
-    for number, lease in enumerate(plan_leases(budget), start=1):
+    for number, lease in enumerate(plan_leases(budget, terms), start=1):
         lines += [f"| {number} | {what} | {seconds:.0f} |" for what, seconds in lease.parts]
         verdict = "fits" if lease.fits(terms) else "DOES NOT FIT"
         lines.append(

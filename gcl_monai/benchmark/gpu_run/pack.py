@@ -138,7 +138,6 @@ def pack(
     max_parts = terms.max_files - len(fixed) - 1
     room = min(terms.max_total_bytes - reserved, max_parts * terms.max_file_bytes) / _FRAMING
     small = list(_small_files(work))
-    used = sum(p.stat().st_size for p in small)
     packed, left_behind = [str(p.relative_to(work)) for p in small], []
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / ARCHIVE
@@ -160,8 +159,9 @@ def pack(
                             converted,
                         )
                         path, relative = converted, relative + BF16_SUFFIX
-                    size = path.stat().st_size
-                    if used + size > room:
+                    # what is packed counts by its compressed bytes, the next weights by their raw bytes
+                    tar.fileobj.flush()
+                    if archive.stat().st_size + path.stat().st_size > room:
                         left_behind.append(relative)
                         continue
                     tar.add(path, arcname=relative)
@@ -169,7 +169,6 @@ def pack(
                     logger.warning("Not packed: %s (%s); the next call packs the newer one.", relative, error)
                     left_behind.append(relative + (BF16_SUFFIX if half and not relative.endswith(BF16_SUFFIX) else ""))
                     continue
-                used += size
                 packed.append(relative)
         parts = _split(archive, out, terms.max_file_bytes)
     state = json.loads((work / STATE_FILE).read_text())

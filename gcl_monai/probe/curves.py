@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["method_of", "read_history", "write_curves"]
+__all__ = ["chosen_length", "method_of", "read_history", "write_curves"]
 
 
 def method_of(run: str | Path) -> str:
@@ -34,6 +34,18 @@ def read_history(run: str | Path) -> dict[int, float]:
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: pre-train with --probe_interval N.")
     return {int(h["epoch"]): float(h["dice"]) for h in map(json.loads, path.read_text().splitlines())}
+
+
+def chosen_length(histories: Sequence[Mapping[int, float]]) -> int | None:
+    """
+    The pre-training length of one method by docs/protocol.md's rule (stage A, step 1): the probe evaluation with the
+    highest mean probe Dice over the method's seeds, ties to the shorter; only epochs that every seed reached count.
+    None when no epoch is common to all the seeds.
+    """
+    common = set.intersection(*(set(h) for h in histories)) if histories else set()
+    if not common:
+        return None
+    return max(sorted(common), key=lambda e: (np.mean([h[e] for h in histories]), -e))
 
 
 def write_curves(
@@ -71,6 +83,12 @@ def write_curves(
         lines.append(f"| **{method}, mean** | " + " | ".join(cells) + " |")
     for name, value in (references or {}).items():
         lines.append(f"| {name} (reference) | " + " | ".join(f"{value:.3f}" for _ in epochs) + " |")
+    lines += ["", "Length by docs/protocol.md's rule (the highest mean over the seeds, on the epochs all reached):", ""]
+    for method, hs in methods.items():
+        length = chosen_length(hs)
+        lines.append(
+            f"- {method}: " + (f"epoch {length} (seeds: {len(hs)})" if length else "no epoch common to the seeds")
+        )
     md = out / "curves.md"
     md.write_text("\n".join(lines) + "\n")
     try:

@@ -382,15 +382,17 @@ def test_demo_chain_runs_the_three_workflows_on_its_own_budget(monkeypatch):
     assert pretrain["epochs"] == 6 < pretrain_defaults["epochs"]
 
 
-def test_ckpt_export_torchscript(demo_root, tmp_path):
+def _export(command: str, filepath: Path, demo_root: Path, *extra: str) -> None:
+    """``python -m monai.bundle <command> network_def`` (``ckpt_export`` or ``onnx_export``) of the demo's
+    fine-tuned network to ``filepath``, with the ``extra`` arguments."""
     cmd = [
         sys.executable,
         "-m",
         "monai.bundle",
-        "ckpt_export",
+        command,
         "network_def",
         "--filepath",
-        str(tmp_path / "model.ts"),
+        str(filepath),
         "--ckpt_file",
         str(demo_root / "models" / "model.pt"),
         "--meta_file",
@@ -401,8 +403,13 @@ def test_ckpt_export_torchscript(demo_root, tmp_path):
         str(demo_root),
         "--features",
         json.dumps(TINY["features"]),
+        *extra,
     ]
     subprocess.run(cmd, check=True, cwd=REPO, capture_output=True)
+
+
+def test_ckpt_export_torchscript(demo_root, tmp_path):
+    _export("ckpt_export", tmp_path / "model.ts", demo_root)
     ts = torch.jit.load(str(tmp_path / "model.ts"))
     assert ts(torch.rand(1, 1, 32, 32)).shape == (1, 4, 32, 32)
 
@@ -417,30 +424,15 @@ def test_onnx_export_matches_pytorch_on_a_phantom_slice(demo_root, tmp_path):
     from monai.bundle import ConfigParser
 
     converter = "{'input_names': ['image'], 'output_names': ['pred'], 'dynamic_axes': {'image': {0: 'batch'}}}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "monai.bundle",
+    _export(
         "onnx_export",
-        "network_def",
-        "--filepath",
-        str(tmp_path / "model.onnx"),
-        "--ckpt_file",
-        str(demo_root / "models" / "model.pt"),
-        "--meta_file",
-        str(DEMO / "metadata.json"),
-        "--config_file",
-        str(DEMO / "inference.json"),
-        "--bundle_root",
-        str(demo_root),
-        "--features",
-        json.dumps(TINY["features"]),
+        tmp_path / "model.onnx",
+        demo_root,
         "--input_shape",
         "[1, 1, 32, 32]",
         "--converter_kwargs",
         converter,
-    ]
-    subprocess.run(cmd, check=True, cwd=REPO, capture_output=True)
+    )
 
     parser = ConfigParser()
     parser.read_config(str(DEMO / "inference.json"))

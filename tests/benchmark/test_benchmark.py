@@ -1030,41 +1030,24 @@ def test_run_takes_finished_cells_and_only_evaluates_what_is_missing(tmp_path, m
 # ------------------------------------------------------------------------------------------------ end to end
 
 
+def _phantom_argv(results_dir: Path, name: str, *args: str) -> list[str]:
+    """The benchmark's command line of experiment ``name`` on the demo phantom, in ``results_dir``, with ``args``, at
+    tiny sizes: 32 x 32 slices, a BasicUNet of features 4 4 8 8 16 4."""
+    tiny = ["--image-size", "32", "--features", "4", "4", "8", "8", "16", "4"]
+    return ["--data", "demo", "--results-dir", str(results_dir), "--name", name, *args, *tiny]
+
+
 @pytest.mark.slow
 def test_end_to_end_on_the_phantom(tmp_path):
     from gcl_monai.bundle import ensure_phantom
 
     external = ensure_phantom(tmp_path / "external", num_patients=4, seed=1, image_size=64)
-    argv = [
-        "--data",
-        "demo",
-        "--results-dir",
-        str(tmp_path),
-        "--name",
+    argv = _phantom_argv(
+        tmp_path,
         "smoke",
-        "--test-root",
-        external,
-        "--methods",
-        "random",
-        "simclr",
-        "--num-labeled",
-        "1",
-        "--repeats",
-        "2",
-        "--pretrain-epochs",
-        "1",
-        "--finetune-iterations",
-        "10",
-        "--image-size",
-        "32",
-        "--features",
-        "4",
-        "4",
-        "8",
-        "8",
-        "16",
-        "4",
-    ]
+        *("--test-root", external, "--methods", "random", "simclr", "--num-labeled", "1", "--repeats", "2"),
+        *("--pretrain-epochs", "1", "--finetune-iterations", "10"),
+    )
     assert main(argv) == 0
     folder = tmp_path / "smoke"
     rows = read_results(folder / "results.csv")
@@ -1123,31 +1106,11 @@ def test_end_to_end_on_the_phantom(tmp_path):
 
 @pytest.mark.slow
 def test_supervised_encoder_end_to_end_on_the_phantom(tmp_path):
-    argv = [
-        "--data",
-        "demo",
-        "--results-dir",
-        str(tmp_path),
-        "--name",
+    argv = _phantom_argv(
+        tmp_path,
         "ref",
-        "--methods",
-        "supervised_encoder",
-        "--num-labeled",
-        "1",
-        "--repeats",
-        "1",
-        "--finetune-iterations",
-        "6",
-        "--image-size",
-        "32",
-        "--features",
-        "4",
-        "4",
-        "8",
-        "8",
-        "16",
-        "4",
-    ]
+        *("--methods", "supervised_encoder", "--num-labeled", "1", "--repeats", "1", "--finetune-iterations", "6"),
+    )
     assert main(argv) == 0
     folder = tmp_path / "ref" / "pretrain" / "supervised_encoder"
     model = torch.load(folder / "models" / "model.pt", weights_only=True)

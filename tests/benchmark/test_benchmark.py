@@ -190,25 +190,7 @@ def test_plan_is_paired_and_shares_pretraining(tmp_path):
 
 def test_table3_plan_semi_supervised_and_fully_supervised_cells(tmp_path):
     preset = PRESETS["cpu-semi"].replace(repeats=2)
-    assert preset.methods == (
-        "random",
-        "vat",
-        "mean_teacher",
-        "mixup",
-        "gcl",
-        "gcl_mixup",
-        "gcl_mean_teacher",
-        "fully_supervised",
-    )
-    pretrain, finetune = plan_cells(Experiment("t3", "acdc", preset, data_root=Path("data"), results_dir=tmp_path))
-    assert [c.method for c in pretrain] == ["gcl"]  # GCL + Mixup and GCL + M.T. fine-tune the GCL encoder
-    by_method = {}
-    for cell in finetune:
-        by_method.setdefault(cell.method, []).append(cell)
-    expected = {**{m: 2 * 2 for m in preset.methods[:-1]}, "fully_supervised": 2}
-    assert {m: len(c) for m, c in by_method.items()} == expected
-    semi = {m: by_method[m][0].train_overrides.get("semi_supervised") for m in preset.methods}
-    assert semi == {
+    semi_supervised_of = {  # Table 3's rows, in order, and the semi-supervised fine-tuning of each
         "random": None,
         "vat": "vat",
         "mean_teacher": "mean_teacher",
@@ -218,6 +200,16 @@ def test_table3_plan_semi_supervised_and_fully_supervised_cells(tmp_path):
         "gcl_mean_teacher": "mean_teacher",
         "fully_supervised": None,
     }
+    assert preset.methods == tuple(semi_supervised_of)
+    pretrain, finetune = plan_cells(Experiment("t3", "acdc", preset, data_root=Path("data"), results_dir=tmp_path))
+    assert [c.method for c in pretrain] == ["gcl"]  # GCL + Mixup and GCL + M.T. fine-tune the GCL encoder
+    by_method = {}
+    for cell in finetune:
+        by_method.setdefault(cell.method, []).append(cell)
+    expected = {**{m: 2 * 2 for m in preset.methods[:-1]}, "fully_supervised": 2}
+    assert {m: len(c) for m, c in by_method.items()} == expected
+    semi = {m: by_method[m][0].train_overrides.get("semi_supervised") for m in preset.methods}
+    assert semi == semi_supervised_of
     mixed = by_method["gcl_mixup"][0]
     assert mixed.pretrain is pretrain[0] and mixed.train_overrides["init"] == "gcl"
     full = by_method["fully_supervised"]

@@ -23,6 +23,7 @@ from gcl_monai.benchmark.report import read_scalars
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs", "gcl_dicom"]
 DEMO = REPO / "bundles" / "gcl_demo" / "configs"
+ACDC = REPO / "bundles" / "gcl_acdc" / "configs"
 TINY = {
     "num_patients": 6,
     "num_pretrain": 2,
@@ -512,18 +513,24 @@ def test_views_on_device_pretrains_through_the_bundle(tmp_path):
     assert (tmp_path / "outputs" / "pretrain" / "gcl" / "encoder.pt").is_file()
 
 
-def test_missing_dataset_dir_fails_before_work(tmp_path):
-    cfg = str(REPO / "bundles" / "gcl_acdc" / "configs" / "pretrain.json")
+def _acdc_initialize_error(config: str, run_id: str, bundle_root: Path, **override) -> list[str]:
+    """The messages of the error that initializing gcl_acdc's ``config`` raises, its dataset folder
+    ``bundle_root/nowhere`` missing."""
     wf = ConfigWorkflow(
-        config_file=cfg,
+        config_file=str(ACDC / config),
         workflow_type=None,
-        bundle_root=str(tmp_path),
-        run_id="pretrain",
-        dataset_dir=str(tmp_path / "nowhere"),
+        bundle_root=str(bundle_root),
+        run_id=run_id,
+        dataset_dir=str(bundle_root / "nowhere"),
+        **override,
     )
     with pytest.raises(Exception) as excinfo:
         wf.initialize()
-    messages = _messages(excinfo.value)
+    return _messages(excinfo.value)
+
+
+def test_missing_dataset_dir_fails_before_work(tmp_path):
+    messages = _acdc_initialize_error("pretrain.json", "pretrain", tmp_path)
     assert any("nowhere" in m and "layout" in m.lower() for m in messages), messages
     assert not (tmp_path / "outputs" / "split.json").exists()
 
@@ -539,20 +546,11 @@ def test_missing_dataset_dir_fails_before_work(tmp_path):
 )
 def test_a_switch_given_as_a_string_fails_before_work(config, switch, tmp_path):
     """``--pixel_branch false`` on the command line is the string "false", which Python reads as true."""
-    cfg = str(REPO / "bundles" / "gcl_acdc" / "configs" / config)
-    wf = ConfigWorkflow(
-        config_file=cfg,
-        workflow_type=None,
-        bundle_root=str(tmp_path),
-        run_id="run",
-        dataset_dir=str(tmp_path / "nowhere"),
-        **{switch: "false"},
-    )
-    with pytest.raises(Exception) as excinfo:
-        wf.initialize()
-    messages = _messages(excinfo.value)
+    messages = _acdc_initialize_error(config, "run", tmp_path, **{switch: "false"})
     assert any(f"{switch}='false'" in m and "True or False" in m for m in messages), messages
-    ok = ConfigWorkflow(config_file=cfg, workflow_type=None, bundle_root=str(tmp_path), run_id="run", **{switch: False})
+    ok = ConfigWorkflow(
+        config_file=str(ACDC / config), workflow_type=None, bundle_root=str(tmp_path), run_id="run", **{switch: False}
+    )
     from gcl_monai.bundle import check_switches
 
     check_switches(**{switch: ok.parser.get_parsed_content(switch)})  # the documented spelling passes

@@ -36,6 +36,14 @@ def _softmax_mse(student_logits: torch.Tensor, target_probs: torch.Tensor) -> to
     return torch.mean((torch.softmax(student_logits, dim=1) - target_probs) ** 2)
 
 
+def _teacher_probs(teacher: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """The teacher's softmax outputs on ``images``, the teacher in eval mode and without gradient (its weights
+    follow the student's, they receive no gradient)."""
+    teacher.eval()
+    with torch.no_grad():
+        return torch.softmax(teacher(images), dim=1)
+
+
 class MeanTeacherConsistency:
     """
     Mean Teacher's consistency cost ``J = E || f(x + eta', theta') - f(x + eta, theta) ||^2`` on softmax outputs
@@ -75,9 +83,7 @@ class MeanTeacherConsistency:
         Returns:
             the scalar consistency cost.
         """
-        self.teacher.eval()
-        with torch.no_grad():
-            target = torch.softmax(self.teacher(self._noisy(images)), dim=1)
+        target = _teacher_probs(self.teacher, self._noisy(images))
         return _softmax_mse(network(self._noisy(images)), target)
 
 
@@ -118,9 +124,7 @@ class InterpolationConsistency:
         Returns:
             the scalar consistency cost.
         """
-        self.teacher.eval()
-        with torch.no_grad():
-            target = torch.softmax(self.teacher(images), dim=1)
+        target = _teacher_probs(self.teacher, images)
         self.mixup.batch_size = images.shape[0]
         mixed_images, mixed_target = self.mixup(images, target)
         return _softmax_mse(network(mixed_images), mixed_target)

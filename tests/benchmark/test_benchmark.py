@@ -190,25 +190,7 @@ def test_plan_is_paired_and_shares_pretraining(tmp_path):
 
 def test_table3_plan_semi_supervised_and_fully_supervised_cells(tmp_path):
     preset = PRESETS["cpu-semi"].replace(repeats=2)
-    assert preset.methods == (
-        "random",
-        "vat",
-        "mean_teacher",
-        "mixup",
-        "gcl",
-        "gcl_mixup",
-        "gcl_mean_teacher",
-        "fully_supervised",
-    )
-    pretrain, finetune = plan_cells(Experiment("t3", "acdc", preset, data_root=Path("data"), results_dir=tmp_path))
-    assert [c.method for c in pretrain] == ["gcl"]  # GCL + Mixup and GCL + M.T. fine-tune the GCL encoder
-    by_method = {}
-    for cell in finetune:
-        by_method.setdefault(cell.method, []).append(cell)
-    expected = {**{m: 2 * 2 for m in preset.methods[:-1]}, "fully_supervised": 2}
-    assert {m: len(c) for m, c in by_method.items()} == expected
-    semi = {m: by_method[m][0].train_overrides.get("semi_supervised") for m in preset.methods}
-    assert semi == {
+    semi_supervised_of = {  # Table 3's rows, in order, and the semi-supervised fine-tuning of each
         "random": None,
         "vat": "vat",
         "mean_teacher": "mean_teacher",
@@ -218,6 +200,16 @@ def test_table3_plan_semi_supervised_and_fully_supervised_cells(tmp_path):
         "gcl_mean_teacher": "mean_teacher",
         "fully_supervised": None,
     }
+    assert preset.methods == tuple(semi_supervised_of)
+    pretrain, finetune = plan_cells(Experiment("t3", "acdc", preset, data_root=Path("data"), results_dir=tmp_path))
+    assert [c.method for c in pretrain] == ["gcl"]  # GCL + Mixup and GCL + M.T. fine-tune the GCL encoder
+    by_method = {}
+    for cell in finetune:
+        by_method.setdefault(cell.method, []).append(cell)
+    expected = {**{m: 2 * 2 for m in preset.methods[:-1]}, "fully_supervised": 2}
+    assert {m: len(c) for m, c in by_method.items()} == expected
+    semi = {m: by_method[m][0].train_overrides.get("semi_supervised") for m in preset.methods}
+    assert semi == semi_supervised_of
     mixed = by_method["gcl_mixup"][0]
     assert mixed.pretrain is pretrain[0] and mixed.train_overrides["init"] == "gcl"
     full = by_method["fully_supervised"]
@@ -1030,41 +1022,24 @@ def test_run_takes_finished_cells_and_only_evaluates_what_is_missing(tmp_path, m
 # ------------------------------------------------------------------------------------------------ end to end
 
 
+def _phantom_argv(results_dir: Path, name: str, *args: str) -> list[str]:
+    """The benchmark's command line of experiment ``name`` on the demo phantom, in ``results_dir``, with ``args``, at
+    tiny sizes: 32 x 32 slices, a BasicUNet of features 4 4 8 8 16 4."""
+    tiny = ["--image-size", "32", "--features", "4", "4", "8", "8", "16", "4"]
+    return ["--data", "demo", "--results-dir", str(results_dir), "--name", name, *args, *tiny]
+
+
 @pytest.mark.slow
 def test_end_to_end_on_the_phantom(tmp_path):
     from gcl_monai.bundle import ensure_phantom
 
     external = ensure_phantom(tmp_path / "external", num_patients=4, seed=1, image_size=64)
-    argv = [
-        "--data",
-        "demo",
-        "--results-dir",
-        str(tmp_path),
-        "--name",
+    argv = _phantom_argv(
+        tmp_path,
         "smoke",
-        "--test-root",
-        external,
-        "--methods",
-        "random",
-        "simclr",
-        "--num-labeled",
-        "1",
-        "--repeats",
-        "2",
-        "--pretrain-epochs",
-        "1",
-        "--finetune-iterations",
-        "10",
-        "--image-size",
-        "32",
-        "--features",
-        "4",
-        "4",
-        "8",
-        "8",
-        "16",
-        "4",
-    ]
+        *("--test-root", external, "--methods", "random", "simclr", "--num-labeled", "1", "--repeats", "2"),
+        *("--pretrain-epochs", "1", "--finetune-iterations", "10"),
+    )
     assert main(argv) == 0
     folder = tmp_path / "smoke"
     rows = read_results(folder / "results.csv")
@@ -1123,31 +1098,11 @@ def test_end_to_end_on_the_phantom(tmp_path):
 
 @pytest.mark.slow
 def test_supervised_encoder_end_to_end_on_the_phantom(tmp_path):
-    argv = [
-        "--data",
-        "demo",
-        "--results-dir",
-        str(tmp_path),
-        "--name",
+    argv = _phantom_argv(
+        tmp_path,
         "ref",
-        "--methods",
-        "supervised_encoder",
-        "--num-labeled",
-        "1",
-        "--repeats",
-        "1",
-        "--finetune-iterations",
-        "6",
-        "--image-size",
-        "32",
-        "--features",
-        "4",
-        "4",
-        "8",
-        "8",
-        "16",
-        "4",
-    ]
+        *("--methods", "supervised_encoder", "--num-labeled", "1", "--repeats", "1", "--finetune-iterations", "6"),
+    )
     assert main(argv) == 0
     folder = tmp_path / "ref" / "pretrain" / "supervised_encoder"
     model = torch.load(folder / "models" / "model.pt", weights_only=True)

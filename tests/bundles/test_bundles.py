@@ -23,6 +23,7 @@ from gcl_monai.benchmark.report import read_scalars
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs", "gcl_dicom"]
 DEMO = REPO / "bundles" / "gcl_demo" / "configs"
+ACDC = REPO / "bundles" / "gcl_acdc" / "configs"
 TINY = {
     "num_patients": 6,
     "num_pretrain": 2,
@@ -53,20 +54,7 @@ def test_bundle_layout_and_metadata(bundle):
         assert (configs / name).is_file(), name
     assert (REPO / "bundles" / bundle / "LICENSE").is_file()
     assert (REPO / "bundles" / bundle / "docs" / "README.md").is_file()
-    meta = json.loads((configs / "metadata.json").read_text())
-    for key in [
-        "version",
-        "monai_version",
-        "pytorch_version",
-        "numpy_version",
-        "required_packages_version",
-        "task",
-        "description",
-        "authors",
-        "copyright",
-        "network_data_format",
-    ]:
-        assert key in meta, key
+    meta = json.loads((configs / "metadata.json").read_text())  # its required keys: test_bundle_metadata.py
     fmt = meta["network_data_format"]
     assert list(fmt["inputs"])[0] == "image" and list(fmt["outputs"])[0] == "pred"
     assert fmt["inputs"]["image"]["spatial_shape"][-1] == "*"
@@ -382,15 +370,17 @@ def test_demo_chain_runs_the_three_workflows_on_its_own_budget(monkeypatch):
     assert pretrain["epochs"] == 6 < pretrain_defaults["epochs"]
 
 
-def test_ckpt_export_torchscript(demo_root, tmp_path):
+def _export(command: str, filepath: Path, demo_root: Path, *extra: str) -> None:
+    """``python -m monai.bundle <command> network_def`` (``ckpt_export`` or ``onnx_export``) of the demo's
+    fine-tuned network to ``filepath``, with the ``extra`` arguments."""
     cmd = [
         sys.executable,
         "-m",
         "monai.bundle",
-        "ckpt_export",
+        command,
         "network_def",
         "--filepath",
-        str(tmp_path / "model.ts"),
+        str(filepath),
         "--ckpt_file",
         str(demo_root / "models" / "model.pt"),
         "--meta_file",
@@ -401,8 +391,13 @@ def test_ckpt_export_torchscript(demo_root, tmp_path):
         str(demo_root),
         "--features",
         json.dumps(TINY["features"]),
+        *extra,
     ]
     subprocess.run(cmd, check=True, cwd=REPO, capture_output=True)
+
+
+def test_ckpt_export_torchscript(demo_root, tmp_path):
+    _export("ckpt_export", tmp_path / "model.ts", demo_root)
     ts = torch.jit.load(str(tmp_path / "model.ts"))
     assert ts(torch.rand(1, 1, 32, 32)).shape == (1, 4, 32, 32)
 
@@ -417,30 +412,15 @@ def test_onnx_export_matches_pytorch_on_a_phantom_slice(demo_root, tmp_path):
     from monai.bundle import ConfigParser
 
     converter = "{'input_names': ['image'], 'output_names': ['pred'], 'dynamic_axes': {'image': {0: 'batch'}}}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "monai.bundle",
+    _export(
         "onnx_export",
-        "network_def",
-        "--filepath",
-        str(tmp_path / "model.onnx"),
-        "--ckpt_file",
-        str(demo_root / "models" / "model.pt"),
-        "--meta_file",
-        str(DEMO / "metadata.json"),
-        "--config_file",
-        str(DEMO / "inference.json"),
-        "--bundle_root",
-        str(demo_root),
-        "--features",
-        json.dumps(TINY["features"]),
+        tmp_path / "model.onnx",
+        demo_root,
         "--input_shape",
         "[1, 1, 32, 32]",
         "--converter_kwargs",
         converter,
-    ]
-    subprocess.run(cmd, check=True, cwd=REPO, capture_output=True)
+    )
 
     parser = ConfigParser()
     parser.read_config(str(DEMO / "inference.json"))
@@ -533,18 +513,24 @@ def test_views_on_device_pretrains_through_the_bundle(tmp_path):
     assert (tmp_path / "outputs" / "pretrain" / "gcl" / "encoder.pt").is_file()
 
 
-def test_missing_dataset_dir_fails_before_work(tmp_path):
-    cfg = str(REPO / "bundles" / "gcl_acdc" / "configs" / "pretrain.json")
+def _acdc_initialize_error(config: str, run_id: str, bundle_root: Path, **override) -> list[str]:
+    """The messages of the error that initializing gcl_acdc's ``config`` raises, its dataset folder
+    ``bundle_root/nowhere`` missing."""
     wf = ConfigWorkflow(
-        config_file=cfg,
+        config_file=str(ACDC / config),
         workflow_type=None,
-        bundle_root=str(tmp_path),
-        run_id="pretrain",
-        dataset_dir=str(tmp_path / "nowhere"),
+        bundle_root=str(bundle_root),
+        run_id=run_id,
+        dataset_dir=str(bundle_root / "nowhere"),
+        **override,
     )
     with pytest.raises(Exception) as excinfo:
         wf.initialize()
-    messages = _messages(excinfo.value)
+    return _messages(excinfo.value)
+
+
+def test_missing_dataset_dir_fails_before_work(tmp_path):
+    messages = _acdc_initialize_error("pretrain.json", "pretrain", tmp_path)
     assert any("nowhere" in m and "layout" in m.lower() for m in messages), messages
     assert not (tmp_path / "outputs" / "split.json").exists()
 
@@ -560,20 +546,11 @@ def test_missing_dataset_dir_fails_before_work(tmp_path):
 )
 def test_a_switch_given_as_a_string_fails_before_work(config, switch, tmp_path):
     """``--pixel_branch false`` on the command line is the string "false", which Python reads as true."""
-    cfg = str(REPO / "bundles" / "gcl_acdc" / "configs" / config)
-    wf = ConfigWorkflow(
-        config_file=cfg,
-        workflow_type=None,
-        bundle_root=str(tmp_path),
-        run_id="run",
-        dataset_dir=str(tmp_path / "nowhere"),
-        **{switch: "false"},
-    )
-    with pytest.raises(Exception) as excinfo:
-        wf.initialize()
-    messages = _messages(excinfo.value)
+    messages = _acdc_initialize_error(config, "run", tmp_path, **{switch: "false"})
     assert any(f"{switch}='false'" in m and "True or False" in m for m in messages), messages
-    ok = ConfigWorkflow(config_file=cfg, workflow_type=None, bundle_root=str(tmp_path), run_id="run", **{switch: False})
+    ok = ConfigWorkflow(
+        config_file=str(ACDC / config), workflow_type=None, bundle_root=str(tmp_path), run_id="run", **{switch: False}
+    )
     from gcl_monai.bundle import check_switches
 
     check_switches(**{switch: ok.parser.get_parsed_content(switch)})  # the documented spelling passes

@@ -4,9 +4,6 @@ at the end."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import nibabel as nib
@@ -22,6 +19,7 @@ from monai.bundle import ConfigParser, ConfigWorkflow
 from gcl_monai.data import load_split
 from gcl_monai.data.dicom import index_dicom, write_phantom_dicom
 from gcl_monai.data.dicom.inference import dicom_inference_cases
+from tests.bundles.bundle_inference import run_inference
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 CONFIGS = REPO / "bundles" / "gcl_dicom" / "configs"
@@ -95,27 +93,9 @@ def test_inference_from_dicom_writes_nifti_and_seg_and_names_unreadable_series(t
     model = _model(tmp_path / "model.pt", dicom_inference_cases(archive / "cine_b", tmp_path / "probe")[0])
 
     out = tmp_path / "out"
-    cmd = [
-        sys.executable,
-        "-m",
-        "monai.bundle",
-        "run",
-        "--config_file",
-        str(CONFIGS / "inference.json"),
-        "--dataset_dir",
-        str(archive),
-        "--output_dir",
-        str(out),
-        "--handlers#0#load_path",
-        str(model),
-        "--image_size",
-        "[32, 32]",
-        "--features",
-        json.dumps(FEATURES),
-        "--keep_largest_component",
-        "False",
-    ]
-    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
+    result = run_inference(
+        CONFIGS / "inference.json", archive, out, model, FEATURES, "--keep_largest_component", "False"
+    )
     assert result.returncode != 0
     assert "2 of 6 case(s) could not be segmented (the other 4 were written)" in result.stderr
     assert f"series {es.series[0]}: slice missing at" in result.stderr

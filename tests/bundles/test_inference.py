@@ -5,8 +5,6 @@ folder of cases every readable one written, every failure reported by name, a no
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import nibabel as nib
@@ -18,6 +16,7 @@ from monai.data import MetaTensor
 
 from gcl_monai.data import inference_datalist
 from gcl_monai.transforms import RepairNonFinited, SelectFramed
+from tests.bundles.bundle_inference import run_inference
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 DEMO = REPO / "bundles" / "gcl_demo" / "configs"
@@ -87,35 +86,6 @@ def model_file(tmp_path_factory):
     return path
 
 
-def _infer(folder: Path, out: Path, model: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable,
-        "-m",
-        "monai.bundle",
-        "run",
-        "--config_file",
-        str(DEMO / "inference.json"),
-        "--dataset_dir",
-        str(folder),
-        "--output_dir",
-        str(out),
-        "--handlers#0#load_path",
-        str(model),
-        "--image_size",
-        "[32, 32]",
-        "--features",
-        str(FEATURES),
-        *extra,
-    ]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={"OMP_NUM_THREADS": "1", **_env()})
-
-
-def _env():
-    import os
-
-    return {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-
-
 def test_folder_with_bad_cases_writes_the_good_ones_and_fails_at_the_end(tmp_path, model_file):
     rng = np.random.default_rng(0)
     folder = tmp_path / "cases"
@@ -126,7 +96,7 @@ def test_folder_with_bad_cases_writes_the_good_ones_and_fails_at_the_end(tmp_pat
     _nifti(folder / "cine.nii.gz", rng.random((40, 36, 3, 2)))
     _nifti(folder / "all_nan.nii.gz", np.full((40, 36, 3), np.nan))
     (folder / "corrupt.nii.gz").write_bytes(b"\x1f\x8b truncated")
-    result = _infer(folder, tmp_path / "out", model_file)
+    result = run_inference(DEMO / "inference.json", folder, tmp_path / "out", model_file, FEATURES)
     assert result.returncode != 0
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert written == ["cine_frame00_seg.nii.gz", "cine_frame01_seg.nii.gz", "good_seg.nii.gz", "partly_nan_seg.nii.gz"]
@@ -144,6 +114,6 @@ def test_folder_with_bad_cases_writes_the_good_ones_and_fails_at_the_end(tmp_pat
 def test_one_frame_of_a_4d_series(tmp_path, model_file):
     folder = tmp_path / "cases"
     _nifti(folder / "cine.nii.gz", np.random.default_rng(1).random((40, 36, 3, 3)))
-    result = _infer(folder, tmp_path / "out", model_file, "--frame", "2")
+    result = run_inference(DEMO / "inference.json", folder, tmp_path / "out", model_file, FEATURES, "--frame", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["cine_frame02_seg.nii.gz"]

@@ -33,5 +33,14 @@ pre gcl 0
 pre simclr 0 $SIMCLR
 pre gcl 1
 pre simclr 1 $SIMCLR
-python -m gcl_monai.probe.curves "$W"/pretrain/gcl* "$W"/pretrain/simclr* --output_dir "$OUT/curves" \
+python -m gcl_monai.probe.curves "$W"/pretrain/gcl "$W"/pretrain/gcl_p1 "$W"/pretrain/simclr* \
+  --output_dir "$OUT/curves" --reference random="$OUT/random_s0/probe.json" control="$OUT/control/probe.json"
+# step 2: the recipe variants, pre-trained like the default (20 epochs, the probe every 4) and compared with it at
+# GCL's chosen length (step 1's rule, in curves/curves.md): seeds 0 and 1 of each
+for s in 0 1; do
+  pre gcl_pw01 $s --pixel_weight 0.1
+  pre gcl_nopix $s --pixel_branch False
+  pre gcl_nomit $s --mitigate False
+done
+python -m gcl_monai.probe.curves "$W"/pretrain/gcl* --output_dir "$OUT/curves_recipe" \
   --reference random="$OUT/random_s0/probe.json" control="$OUT/control/probe.json"

@@ -157,18 +157,6 @@ def _give_back(work: Path) -> None:
     _wait_for(lambda: not worker_running(work), 60)
 
 
-def _checkout_bytes(root: Path) -> int:
-    """
-    Bytes of the checkout ``root`` that travel (:py:func:`travel_bytes`), less the carries committed under
-    ``docs/results/*/carry`` (a real run's: the carry checked here takes their place).
-    """
-    committed = sum(
-        travel_bytes(root, [str(c.relative_to(root))])[str(c.relative_to(root))]
-        for c in root.glob("docs/results/*/carry")
-    )
-    return travel_bytes(root)["total"] - committed
-
-
 def _paper_width_travel(checkout: int) -> tuple[int, str]:
     """
     Bytes that travel to the second lease of a GPU run at the paper's width: this checkout, the wheels and the ACDC
@@ -235,7 +223,7 @@ def rehearse(out: Path, data_root: str | None = None) -> int:
     # the cells whose results came back (a cell finished on A after command-2 packed is lost with the machine)
     done_on_a = {Path(p).parent.parent.name for p in packed if p.endswith("/eval/dice.json")}
     root = steps.checkout_root()
-    sizes = {"total": _checkout_bytes(root) if root is not None and (root / ".git").exists() else 0}
+    sizes = travel_bytes(root) if root is not None and (root / ".git").exists() else {"total": 0}
     wheels = root / ".offline" / "wheels" if root is not None else None
     wheel_bytes = sum(p.stat().st_size for p in wheels.rglob("*") if p.is_file()) if wheels and wheels.is_dir() else 0
     carried = sum(p.stat().st_size for p in carry.rglob("*") if p.is_file())

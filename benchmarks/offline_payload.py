@@ -8,10 +8,14 @@ send along with the repository, and restores it on the other side:
 
 - ``pack SRC ARCHIVE``: a dataset folder as one ``.tar.xz``. HDF5 volumes whose float images hold integer
   multiples of one step (the ACDC files' intensities are ``k / max`` with integer ``k``) are stored as those
-  integers and the divisor, which xz compresses about twice as well as the gzip-compressed floats; ``.nii.gz``
+  integers and the divisor, which xz compresses about twice as well as the gzip-compressed floats; an integer array of
+  two or more dimensions is stored as the residual of LOCO-I's median edge detector in each 2D plane (Weinberger et
+  al., "The LOCO-I lossless image compression algorithm", IEEE TIP 2000, the predictor of JPEG-LS) with its high
+  and low bytes in two planes, which xz compresses 18 % better than the integers themselves (12 ACDC volumes:
+  4.66 against 5.67 MB); ``.nii.gz``
   files are stored decompressed (xz compresses the voxels better than gzip); any other file as it is. Every array
   is checked to reconstruct bit for bit before it is stored, its SHA-256 is recorded, and ``unpack`` checks it
-  again. Shared ACDC folder (160 volumes, 90 MB as gzip-compressed HDF5): about 51 MB.
+  again. Shared ACDC folder (160 volumes, 90 MB as gzip-compressed HDF5): 44.5 MB (53.8 MB without the predictor).
 - ``unpack ARCHIVE DEST``: the dataset folder again, with the same file names, dataset names, dtypes and values
   (HDF5 attributes and the gzip containers' own headers are not kept: a ``.nii.gz`` is re-compressed around the
   same bytes).
@@ -80,6 +84,40 @@ def _decode(k: np.ndarray, divisor: int) -> np.ndarray:
     return (k.astype(np.float64) / divisor).astype(np.float32)
 
 
+def _median_edge(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """LOCO-I's prediction of a pixel from its left (``a``), upper (``b``) and upper-left (``c``) neighbours."""
+    low, high = np.minimum(a, b), np.maximum(a, b)
+    return np.where(c >= high, low, np.where(c <= low, high, a + b - c))
+
+
+def _predictive_encoding(k: np.ndarray) -> np.ndarray:
+    """
+    ``k`` (uint16, ``(..., H, W)``) as ``(2, ...)`` uint8 planes (high bytes, low bytes) of the zigzag-coded
+    residual of :func:`_median_edge` modulo 2**16 in each ``H x W`` plane (neighbours outside the plane are 0).
+    """
+    padded = np.zeros((*k.shape[:-2], k.shape[-2] + 1, k.shape[-1] + 1), np.int64)
+    padded[..., 1:, 1:] = k
+    predicted = _median_edge(padded[..., 1:, :-1], padded[..., :-1, 1:], padded[..., :-1, :-1])
+    residual = (k.astype(np.int64) - predicted + 32768) % 65536 - 32768
+    zigzag = np.where(residual >= 0, 2 * residual, -2 * residual - 1).astype(np.uint16)
+    return np.stack([(zigzag >> 8).astype(np.uint8), (zigzag & 255).astype(np.uint8)])
+
+
+def _predictive_decoding(planes: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_predictive_encoding`, one anti-diagonal of every plane at a time (a pixel's three
+    neighbours lie on earlier anti-diagonals)."""
+    zigzag = (planes[0].astype(np.int64) << 8) | planes[1]
+    residual = np.where(zigzag % 2 == 0, zigzag // 2, -(zigzag + 1) // 2)
+    height, width = residual.shape[-2:]
+    padded = np.zeros((*residual.shape[:-2], height + 1, width + 1), np.int64)
+    for diagonal in range(height + width - 1):
+        i = np.arange(max(0, diagonal - width + 1), min(height - 1, diagonal) + 1)
+        j = diagonal - i
+        predicted = _median_edge(padded[..., i + 1, j], padded[..., i, j + 1], padded[..., i, j])
+        padded[..., i + 1, j + 1] = (predicted + residual[..., i, j]) % 65536
+    return padded[..., 1:, 1:].astype(np.uint16)
+
+
 def _add(tar: tarfile.TarFile, name: str, payload: bytes) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(payload)
@@ -142,8 +180,19 @@ def pack(src: Path, archive: Path, preset: int = 6, patients: Collection[str] | 
                         values = dataset[()]
                         encoded = _integer_encoding(values)
                         stored, divisor = (values, None) if encoded is None else encoded
+                        predictive = encoded is not None and stored.ndim >= 2
+                        if predictive:
+                            planes = _predictive_encoding(stored)
+                            if not np.array_equal(_predictive_decoding(planes), stored):
+                                raise ValueError(f"{path}: {key!r} does not restore from its predictive encoding.")
+                            stored = planes
                         _add(tar, f"{rel}/{key}.npy", _npy_bytes(stored))
-                        entry[key] = {"divisor": divisor, "dtype": str(values.dtype), "sha256": _sha256(values)}
+                        entry[key] = {
+                            "divisor": divisor,
+                            "predictor": "median_edge" if predictive else None,
+                            "dtype": str(values.dtype),
+                            "sha256": _sha256(values),
+                        }
                 manifest[rel] = {"kind": "h5", "datasets": entry}
             elif path.name.endswith(".gz"):
                 raw = gzip.decompress(path.read_bytes())
@@ -180,6 +229,8 @@ def unpack(archive: Path, dest: Path) -> list[Path]:
                 with h5py.File(out, "w") as h5:
                     for key, info in entry["datasets"].items():
                         stored = np.load(io.BytesIO(tar.extractfile(members[f"{rel}/{key}.npy"]).read()))
+                        if info.get("predictor") == "median_edge":  # archives packed before it have no key
+                            stored = _predictive_decoding(stored)
                         values = stored if info["divisor"] is None else _decode(stored, info["divisor"])
                         if str(values.dtype) != info["dtype"] or _sha256(values) != info["sha256"]:
                             raise ValueError(f"{archive}: {rel}/{key} does not restore to the packed values.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import subprocess
 import tarfile
 from pathlib import Path
@@ -11,7 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.offline_payload import _integer_encoding, pack, unpack
+from benchmarks.offline_payload import (
+    _integer_encoding,
+    _predictive_decoding,
+    _predictive_encoding,
+    pack,
+    unpack,
+)
 
 h5py = pytest.importorskip("h5py")
 
@@ -55,13 +62,62 @@ def test_round_trip_is_bit_exact(tmp_path):
     assert (tmp_path / "dst/README.md").read_text() == "notes\n"
 
 
-def test_ratio_images_are_stored_as_16_bit_integers(tmp_path):
+def test_ratio_images_are_stored_as_the_residual_of_16_bit_integers(tmp_path):
+    src = _dataset_folder(tmp_path / "src")
+    manifest = pack(src, tmp_path / "a.tar.xz")
+    assert manifest["patient001_frame01.h5"]["datasets"]["image"]["predictor"] == "median_edge"
+    assert manifest["patient001_frame01.h5"]["datasets"]["noise"]["predictor"] is None
+    with h5py.File(src / "patient001_frame01.h5") as h5:
+        k = np.rint(h5["image"][()].astype(np.float64) * 658).astype(np.uint16)
+    with tarfile.open(tmp_path / "a.tar.xz") as tar:
+        stored = np.load(io.BytesIO(tar.extractfile("patient001_frame01.h5/image.npy").read()))
+        assert stored.dtype == np.uint8 and stored.shape == (2, 3, 20, 18)
+        np.testing.assert_array_equal(_predictive_decoding(stored), k)
+        assert np.load(io.BytesIO(tar.extractfile("patient001_frame01.h5/noise.npy").read())).dtype == np.float32
+
+
+def test_median_edge_residual_by_hand():
+    # one 2 x 3 plane; neighbours outside it are 0. Predictions: row 0 from its left pixel (a, with b = c = 0);
+    # (1, 0) from above; (1, 1): a = 7, b = 12, c = 10 lies between them, so a + b - c = 9; (1, 2): a = 8, b = 11,
+    # c = 12 >= max(a, b), so min(a, b) = 8
+    k = np.array([[10, 12, 11], [7, 8, 65535]], np.uint16)
+    residual = np.array([[10, 2, -1], [-3, -1, 65535 - 8 - 65536]])  # the last one wraps modulo 2**16
+    zigzag = np.where(residual >= 0, 2 * residual, -2 * residual - 1)
+    planes = _predictive_encoding(k)
+    np.testing.assert_array_equal((planes[0].astype(np.int64) << 8) | planes[1], zigzag)
+    np.testing.assert_array_equal(_predictive_decoding(planes), k)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 7), (6, 1), (2, 5, 9), (3, 2, 17, 4)])
+def test_median_edge_round_trip_over_the_whole_range(shape):
+    rng = np.random.default_rng(1)
+    k = rng.integers(0, 65536, size=shape, dtype=np.uint16)
+    k.flat[0], k.flat[-1] = 0, 65535
+    np.testing.assert_array_equal(_predictive_decoding(_predictive_encoding(k)), k)
+
+
+def test_archives_packed_before_the_predictor_still_unpack(tmp_path):
+    # an older archive: the integers stored as they are and no "predictor" key in the manifest
     src = _dataset_folder(tmp_path / "src")
     pack(src, tmp_path / "a.tar.xz")
     with tarfile.open(tmp_path / "a.tar.xz") as tar:
-        stored = np.load(io.BytesIO(tar.extractfile("patient001_frame01.h5/image.npy").read()))
-        assert stored.dtype == np.uint16 and stored.max() == 658
-        assert np.load(io.BytesIO(tar.extractfile("patient001_frame01.h5/noise.npy").read())).dtype == np.float32
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    manifest = json.loads(members["manifest.json"])
+    image = manifest["patient001_frame01.h5"]["datasets"]["image"]
+    del image["predictor"]
+    stored = _predictive_decoding(np.load(io.BytesIO(members["patient001_frame01.h5/image.npy"])))
+    buffer = io.BytesIO()
+    np.save(buffer, stored)
+    members["patient001_frame01.h5/image.npy"] = buffer.getvalue()
+    members["manifest.json"] = json.dumps(manifest).encode()
+    with tarfile.open(tmp_path / "old.tar.xz", "w:xz") as tar:
+        for name, payload in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    unpack(tmp_path / "old.tar.xz", tmp_path / "dst")
+    with h5py.File(src / "patient001_frame01.h5") as a, h5py.File(tmp_path / "dst" / "patient001_frame01.h5") as b:
+        np.testing.assert_array_equal(a["image"][()].view(np.uint32), b["image"][()].view(np.uint32))
 
 
 def test_integer_encoding_refuses_what_it_cannot_restore():

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     if "device" in out and "device_batched" in out:
         for suffix in ("", f"_{args.small}px"):
             per_slice, batched = out[f"device{suffix}"], out[f"device_batched{suffix}"]
-            size = suffix or ", 128 px"
+            size = f", {args.small} px" if suffix else ", 128 px"
             ratios[f"per-slice / batched augmentation{size}"] = per_slice["batch_s"] / batched["batch_s"]
             ratios[f"per-slice / batched augmentation{size}, CPU time"] = (
                 per_slice["batch_cpu_s"] / batched["batch_cpu_s"]

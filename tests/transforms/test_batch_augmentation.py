@@ -319,12 +319,17 @@ def test_drawn_parameters_have_the_distribution_of_monais_own_draws():
         assert stats.ks_2samp(ours.numpy(), np.asarray(theirs)).pvalue > 1e-4
 
 
-def test_the_bundles_transform_list_is_reproduced():
-    """The ACDC bundle's ``train#preprocessing`` (the listed transforms of train.json) builds, with its values."""
+@pytest.mark.parametrize("bundle", ["gcl_acdc", "gcl_prostate", "gcl_mmwhs", "gcl_dicom", "gcl_demo"])
+def test_the_bundles_transform_list_is_reproduced(bundle):
+    """
+    Each bundle's ``batched_augmentation`` gives ``DeviceSliceBatches`` the batched form of its own
+    ``train#preprocessing`` (the listed transforms of train.json), with its values.
+    """
     parser = ConfigParser()
-    parser.read_config(str(ROOT / "bundles" / "gcl_acdc" / "configs" / "train.json"))
-    parser.update({"data_on_device": True, "device": "$torch.device('cpu')"})
-    aug = BatchSliceAugmentation(parser.get_parsed_content("train#preprocessing"))
+    parser.read_config(str(ROOT / "bundles" / bundle / "configs" / "train.json"))
+    parser.update({"data_on_device": True, "batched_augmentation": True, "device": "$torch.device('cpu')"})
+    aug = parser.get_parsed_content("train#device_dataloader#augmentation")
+    assert isinstance(aug, BatchSliceAugmentation)
     assert [type(s).__name__ for s in aug.steps] == [
         "_Flip",
         "_Flip",
@@ -397,3 +402,25 @@ def test_the_batch_is_augmented_without_host_reads_or_host_tensors():
         assert counter.reads == 0
         counts.append(counter.ops)
     assert counts[0] == counts[1] < 200
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_augmentation_never_synchronises_and_matches_the_cpu():
+    """On a GPU: no host synchronisation (torch's sync debug mode raises on one); the CPU's output for the same
+    parameters."""
+    aug = BatchSliceAugmentation(finetune_transforms(image_size=24, affine_prob=1.0, intensity_prob=1.0), seed=0)
+    batch = {key: value.cuda() for key, value in _batch(num=8).items()}
+    aug(batch)  # the first call builds the resamplers and the generator
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        params = aug.randomize(batch)
+        ours = aug.apply(batch, params)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    cpu_params = [
+        {k: ({f: v.cpu() for f, v in x.items()} if isinstance(x, dict) else x.cpu()) for k, x in p.items()}
+        for p in params
+    ]
+    theirs = aug.apply({key: value.cpu() for key, value in batch.items()}, cpu_params)
+    torch.testing.assert_close(ours["image"].cpu(), theirs["image"], atol=IMAGE_ATOL, rtol=0)
+    assert (ours["label"].cpu() != theirs["label"]).float().mean() <= 0.005

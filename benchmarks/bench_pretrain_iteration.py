@@ -410,9 +410,15 @@ def finetune_iteration(args, device: str) -> dict:
             batch_size=args.finetune_batch_size,
             ckpt_dir=str(Path(tmp) / "models"),
             features=list(args.features),  # the pre-training variants' width (the paper's on a GPU run)
-            # gpu-run's fine-tuning: the slices on the device, no host read of a value per iteration
+            # gpu-run's fine-tuning: the slices on the device, augmented as one batch (unless
+            # --finetune-per-slice-augmentation), no host read of a value per iteration
             **(
-                {"data_on_device": True, "decollate": False, "log_interval": args.finetune_rounds * per_epoch + 1}
+                {
+                    "data_on_device": True,
+                    "batched_augmentation": not args.finetune_per_slice_augmentation,
+                    "decollate": False,
+                    "log_interval": args.finetune_rounds * per_epoch + 1,
+                }
                 if args.finetune_on_device
                 else {}
             ),
@@ -458,6 +464,7 @@ def finetune_iteration(args, device: str) -> dict:
         "ratio": statistics.median(r["ratio"] for r in rounds),
         "batch_size": args.finetune_batch_size,
         "on_device": args.finetune_on_device,
+        "batched_augmentation": args.finetune_on_device and not args.finetune_per_slice_augmentation,
         "threads": torch.get_num_threads(),
         "rounds": rounds,
     }
@@ -489,7 +496,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--finetune-on-device",
         action="store_true",
-        help="fine-tune with the bundle's data_on_device, decollate off and the loss logged once (gpu-run's)",
+        help="fine-tune with the bundle's data_on_device, batched_augmentation, decollate off and the loss logged once "
+        "(gpu-run's)",
+    )
+    parser.add_argument(
+        "--finetune-per-slice-augmentation",
+        action="store_true",
+        help="with --finetune-on-device: augment slice by slice (the dataset's MONAI transforms) instead of as a batch",
     )
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="what to measure (default: all)")
     parser.add_argument(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
 from monai.data import get_track_meta, set_track_meta
@@ -33,6 +33,16 @@ class DeviceSliceBatches:
     per slice (``benchmarks/bench_finetune_data.py``). ``num_workers`` is 0, so that
     :py:class:`gcl_monai.handlers.EpochSeedHandler` re-seeds the dataset's transform at every epoch (``set_rnd``).
 
+    **Batched augmentation** (``augmentation``, the departure from the loader's path, off by default): a callable
+    that augments the whole batch ``{key: (N, C, H, W)}`` at once replaces the per-slice loop, e.g.
+    :class:`gcl_monai.transforms.BatchSliceAugmentation` of ``dataset.transform`` (the bundles'
+    ``batched_augmentation``, on in ``gpu-run``): the same transforms and the same distribution of their random
+    parameters, drawn as tensors on the device by torch's generator (seeded by ``set_determinism``, so by
+    ``EpochSeedHandler`` at every epoch) instead of each transform's NumPy state, and applied with a few batched
+    operations instead of a few hundred per slice, with no host read of a device value and no copy to the device.
+    It must be built from the dataset's own transform (this class does not check it); the dataset's transform is
+    then not called.
+
     Args:
         dataset: the slices (:py:attr:`SliceDataset.data` after its ``volume_transform``) and the per-slice random
             transform (``dataset.transform``; None: no augmentation).
@@ -40,6 +50,8 @@ class DeviceSliceBatches:
         num_batches: batches per pass (``len()``; the trainer's epoch length).
         device: where the slices are kept and augmented.
         keys: the keys of the slices that make a batch (the others, e.g. meta labels, are not kept).
+        augmentation: None (default): the dataset's per-slice transform on each drawn slice; else the batched form
+            of that transform, called on the drawn batch (see above).
     """
 
     num_workers = 0
@@ -51,6 +63,7 @@ class DeviceSliceBatches:
         num_batches: int,
         device: str | torch.device = "cpu",
         keys: Sequence[str] = ("image", "label"),
+        augmentation: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None,
     ) -> None:
         if len(dataset) == 0:
             raise ValueError("DeviceSliceBatches needs at least one slice.")
@@ -59,6 +72,7 @@ class DeviceSliceBatches:
         self.num_batches = int(num_batches)
         self.device = torch.device(device)
         self.keys = tuple(keys)
+        self.augmentation = augmentation
         self.tensors = {
             key: torch.stack([convert_to_tensor(item[key], track_meta=False) for item in dataset.data]).to(self.device)
             for key in self.keys
@@ -69,12 +83,16 @@ class DeviceSliceBatches:
 
     def batch(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
         """
-        The batch of the slices ``index`` (on the device), each transformed by the dataset's transform.
+        The batch of the slices ``index`` (on the device), each transformed by the dataset's transform (or the
+        batch by ``augmentation``, when given).
 
         Returns:
             ``{key: (len(index), C, H, W)}`` on the device.
         """
         drawn = {key: values[index] for key, values in self.tensors.items()}
+        if self.augmentation is not None:
+            augmented = self.augmentation(drawn)
+            return {key: augmented[key] for key in self.keys}
         if self.dataset.transform is None:
             return drawn
         tracking = get_track_meta()

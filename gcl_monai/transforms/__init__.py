@@ -1,5 +1,6 @@
 """MONAI transforms of gcl-monai: HDF5 reading, volume -> 2D slices with meta labels, contrastive views, presets."""
 
+from gcl_monai.transforms.batch_augmentation import BatchSliceAugmentation
 from gcl_monai.transforms.batch_views import BatchContrastiveViews
 from gcl_monai.transforms.dicom_reader import PositionSortedPydicomReader
 from gcl_monai.transforms.dicom_seg import SaveDicomSegd, label_map_on_source, write_dicom_seg
@@ -42,6 +43,7 @@ __all__ = [
     "SLICE_INDEX_KEY",
     "ContrastiveViewsd",
     "BatchContrastiveViews",
+    "BatchSliceAugmentation",
     "ViewStrengths",
     "RandRelativeGaussianNoised",
     "SelectChanneld",

@@ -205,6 +205,7 @@ def test_budgets_plan_the_paper_comparison(tmp_path):
         assert preset.finetune["labeled_pool"] == "train+pretrain"
         # the fine-tuning's slices on the GPU, no host read per iteration
         assert preset.finetune["data_on_device"] and not preset.finetune["decollate"]
+        assert preset.finetune["batched_augmentation"]  # the augmentation as one batch on the GPU
         assert preset.finetune["log_interval"] > 1 and budget.jobs >= 6
     assert get_budget("paper").preset().pretrain["epochs"] == 300
     assert get_budget("paper").preset().finetune["epochs"] == 300

@@ -617,33 +617,43 @@ class _ScalarReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("on_device", [False, True])
-def test_fine_tuning_with_the_slices_on_the_device_reads_no_value_per_iteration(on_device, tmp_path):
+@pytest.mark.parametrize("path", ["loader", "on_device", "batched_augmentation"])
+def test_fine_tuning_with_the_slices_on_the_device_reads_no_value_per_iteration(path, tmp_path):
     """
     ``data_on_device`` with ``decollate`` off and the loss logged every ``log_interval`` iterations: the trainer's
     batches come from ``DeviceSliceBatches`` (the dataset's augmentation, there) and the hot loop (from fetching the
     batch to the last handler of the iteration) reads no tensor's value; the loader path with MONAI's decollation
     reads the loss at every iteration. Adam's reads of its step counts are not counted: they are kept on the host
-    (``state["step"]`` is a CPU tensor unless ``capturable``), so they do not synchronise with a GPU.
+    (``state["step"]`` is a CPU tensor unless ``capturable``), so they do not synchronise with a GPU. The per-slice
+    augmentation runs without its intensity steps (MONAI's AdjustContrast reads the image's range); the batched one
+    (``batched_augmentation``) with all of them.
     """
     iterations = 12
+    on_device = path != "loader"
     overrides = {
         **TINY_FT,
         "init": "random",
         "epochs": 2,
         "iterations_per_epoch": iterations // 2,
         "val_interval": 3,  # none: the validation reads its metric
-        # no augmentation that reads a value (MONAI's AdjustContrast reads the image's range)
-        **{f"train#preprocessing#transforms#{step}#prob": 0.0 for step in (3, 4, 5, 6)},  # the intensity steps
     }
+    if path != "batched_augmentation":
+        # no augmentation that reads a value (MONAI's AdjustContrast reads the image's range)
+        overrides.update({f"train#preprocessing#transforms#{step}#prob": 0.0 for step in (3, 4, 5, 6)})
     if on_device:
         overrides.update(data_on_device=True, decollate=False, log_interval=iterations)
+    if path == "batched_augmentation":
+        # every step acts, the contrast too (the batched form reads no value)
+        overrides.update({f"train#preprocessing#transforms#{step}#prob": 1.0 for step in (3, 4, 5, 6)})
+        overrides.update(batched_augmentation=True, affine_prob=1.0)
     wf = ConfigWorkflow(
         config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(tmp_path), run_id="run", **overrides
     )
     wf.initialize()
     trainer = wf.parser.get_parsed_content("train#trainer")
     assert type(trainer.data_loader).__name__ == ("DeviceSliceBatches" if on_device else "DataLoader")
+    augmentation = getattr(trainer.data_loader, "augmentation", None)
+    assert (type(augmentation).__name__ == "BatchSliceAugmentation") == (path == "batched_augmentation")
     reads = _ScalarReads()
 
     def counting(active):

@@ -10,11 +10,13 @@ import pytest
 import torch
 from monai.data import DataLoader, list_data_collate
 from monai.data.utils import set_rnd
+from monai.transforms import Compose, RandGaussianSmoothd
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import RandomSampler
 
 from gcl_monai.data import DeviceSliceBatches
 from gcl_monai.data.slice_dataset import SliceDataset
-from gcl_monai.transforms import finetune_transforms, volume_transforms
+from gcl_monai.transforms import BatchSliceAugmentation, finetune_transforms, volume_transforms
 
 SIZE = 16
 
@@ -110,3 +112,54 @@ def test_empty_dataset_is_refused(tmp_path):
     empty.data = []
     with pytest.raises(ValueError, match="at least one slice"):
         DeviceSliceBatches(empty, batch_size=2, num_batches=1)
+
+
+class _OpCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_batched_augmentation_augments_the_whole_batch_at_once(tmp_path):
+    """
+    ``augmentation=BatchSliceAugmentation(dataset.transform)``: the loader's shapes, dtypes and label values, the
+    slices augmented (each its own draw), the cache untouched, the same batches from the same torch seed, and far
+    fewer operations per batch than the per-slice transforms (tests/transforms/test_batch_augmentation.py checks its
+    output against theirs).
+    """
+    transform = finetune_transforms(image_size=SIZE, affine_prob=1.0, intensity_prob=1.0)
+    dataset = _dataset(tmp_path, transform=transform)
+    batched = DeviceSliceBatches(dataset, batch_size=5, num_batches=2, augmentation=BatchSliceAugmentation(transform))
+    per_slice = DeviceSliceBatches(dataset, batch_size=5, num_batches=2)
+    loader_batch = next(iter(DataLoader(dataset, batch_size=5, shuffle=True)))
+    index = torch.tensor([2, 2, 8, 11, 15])
+    ours = batched.batch(index)
+    assert set(ours) == {"image", "label"}
+    for key in ("image", "label"):
+        assert ours[key].shape == loader_batch[key].shape and ours[key].dtype == loader_batch[key].dtype
+        assert type(ours[key]) is torch.Tensor
+    assert not torch.equal(ours["image"][0], ours["image"][1])
+    assert not torch.equal(ours["image"][0], batched.tensors["image"][2])
+    assert set(ours["label"].unique().tolist()) <= set(batched.tensors["label"].unique().tolist())
+    assert torch.equal(batched.tensors["image"][2], torch.as_tensor(dataset.data[2]["image"]))
+    torch.manual_seed(7)
+    first = list(batched)
+    torch.manual_seed(7)
+    again = list(batched)
+    assert all(torch.equal(a[key], b[key]) for a, b in zip(first, again) for key in ("image", "label"))
+    counts = []
+    for batches in (batched, per_slice):
+        counter = _OpCounter()
+        with counter:
+            batches.batch(index)
+        counts.append(counter.ops)
+    assert counts[0] * 3 < counts[1]
+
+
+def test_a_transform_the_batched_form_cannot_reproduce_is_named(tmp_path):
+    with pytest.raises(ValueError, match="RandGaussianSmoothd"):
+        BatchSliceAugmentation(Compose([finetune_transforms(image_size=SIZE), RandGaussianSmoothd(keys="image")]))

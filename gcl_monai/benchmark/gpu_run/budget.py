@@ -102,10 +102,11 @@ _PAPER_SPEED = _speed_args(iterations=20, warmup=5, loader_patients=24)
 #: default gives each run min(8, cores)); the pre-training draws its two views on the GPU (``views_on_device``: the
 #: same augmentation distribution, 0.03 instead of 0.94 core-seconds of loader work per batch of 48,
 #: docs/gpu_run.md). Each fine-tuning cell keeps its labelled slices on the GPU and augments them there
-#: (``data_on_device``: the same batches' distribution, no loader worker), reads no value per iteration
-#: (``decollate`` off, the loss logged every ``log_interval`` iterations) and validates without workers (its
-#: volumes are cached).
-_DEVICE_FINETUNE = {"data_on_device": True, "decollate": False, "log_interval": 25}
+#: (``data_on_device``: the same batches' distribution, no loader worker) as one batch (``batched_augmentation``:
+#: the same transforms and parameter distributions, drawn and applied for the whole batch at once, no loop over its
+#: slices: docs/gpu_run.md), reads no value per iteration (``decollate`` off, the loss logged every
+#: ``log_interval`` iterations) and validates without workers (its volumes are cached).
+_DEVICE_FINETUNE = {"data_on_device": True, "batched_augmentation": True, "decollate": False, "log_interval": 25}
 _GPU_LOADERS = {
     "pretrain": {"num_workers": 4, "views_on_device": True},
     "finetune": {"num_workers": 0, **_DEVICE_FINETUNE},

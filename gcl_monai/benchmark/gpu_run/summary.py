@@ -53,7 +53,8 @@ def speed_lines(speed: dict[str, Any], pretrain_epochs: int | None = None) -> li
         f = speed["finetune"]
         lines.append(
             f"- fine-tuning iteration (demo bundle, batch {f['batch_size']}"
-            f"{', slices on the device' if f.get('on_device') else ''}): {f['bundle_s']:.4f} s, of which "
+            f"{', slices on the device' if f.get('on_device') else ''}"
+            f"{', augmented as a batch' if f.get('batched_augmentation') else ''}): {f['bundle_s']:.4f} s, of which "
             f"waiting for the batch {f['loading_s']:.4f} s; bare step {f['bare_s']:.4f} s (target <= 0.030 s)"
         )
     return lines

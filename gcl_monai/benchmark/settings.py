@@ -41,7 +41,11 @@ SETTINGS_KEY = "settings"
 PRETRAIN_SETTINGS_KEY = "pretrain_settings"
 
 #: overrides that differ between experiments or folders without changing what is trained: where the experiment,
-#: its data, bundle and checkpoints are, and the device (which changes only the rounding).
+#: its data, bundle and checkpoints are, the device (which changes only the rounding) and ``batched_augmentation``
+#: (the fine-tuning's augmentation drawn and applied for the whole batch at once: the same distribution as the
+#: per-slice transforms, tests/transforms/test_batch_augmentation.py; only the stream of random numbers differs, as
+#: it does from one fine-tuning seed to the next), so that a GPU run's later leases may use it beside cells
+#: fine-tuned per slice.
 IGNORED_KEYS = (
     "bundle_root",
     "work_dir",
@@ -53,6 +57,7 @@ IGNORED_KEYS = (
     "eval_dir",
     "pretrained_path",
     "device",
+    "batched_augmentation",
 )
 
 #: settings added to the bundles after cells were first recorded, with the value that a run before them had (the

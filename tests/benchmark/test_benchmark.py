@@ -692,6 +692,13 @@ def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_pa
     assert changed_settings(without_precision, {**gcl_pretrain, "float32_matmul_precision": "medium"}) == [
         "float32_matmul_precision"
     ]
+    # the batched augmentation came later still, and is not a setting (the same distribution): a cell fine-tuned per
+    # slice is not stale for a plan that augments the batch at once, and the other way round
+    assert "batched_augmentation" not in ours
+    batched = cell_settings(
+        dataclasses.replace(older, train_overrides={**older.train_overrides, "batched_augmentation": True})
+    )
+    assert batched == ours and changed_settings(before, batched) == []
     _finished_cell(older, 0.5, before)
     _finished_cell(other_pool, 0.5, {**ours, "labeled_pool": "train+pretrain"})
     with pytest.raises(ValueError, match=r"random_L1_d1_s1 .*labeled_pool was 'train\+pretrain', now 'train'"):
@@ -1133,3 +1140,16 @@ def test_override_values_read_as_the_bundle_command_line_reads_them():
         "g": "x",
     }
     assert got["dice_batch"] is False
+
+
+def test_a_new_bundle_setting_is_registered_so_that_recorded_cells_stay_valid():
+    """Cells recorded before a switch existed (e.g. a GPU run's first lease) lack its key: without an entry in
+    ``ADDED_LATER`` or ``IGNORED_KEYS`` every one of them would be refused as stale by the next run."""
+    from gcl_monai.benchmark.settings import ADDED_LATER, IGNORED_KEYS, _literal
+
+    known = json.loads((Path(__file__).parent / "recorded_settings.json").read_text())
+    for config in ("pretrain", "train"):
+        for path in sorted((Path(__file__).parents[2] / "bundles").glob(f"*/configs/{config}.json")):
+            literals = {k for k, v in json.loads(path.read_text()).items() if _literal(v)}
+            new = sorted(literals - set(known[config]) - set(ADDED_LATER) - set(IGNORED_KEYS))
+            assert not new, f"{path}: {new} are new settings: register them in ADDED_LATER or IGNORED_KEYS."

@@ -25,7 +25,7 @@ from gcl_monai.benchmark.experiment import (
     pretrain_name,
 )
 from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS, UnsupportedMethod, preset_cuts
-from gcl_monai.benchmark.settings import PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, recorded_changes
+from gcl_monai.benchmark.settings import IGNORED_KEYS, PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, recorded_changes
 
 __all__ = [
     "check_cell_settings",
@@ -197,8 +197,14 @@ def execution_order(pretrain: list[PretrainCell], finetune: list[FinetuneCell]) 
     return order
 
 
+def _trained_settings(value: Any) -> Any:
+    """A preset's value without the overrides that change no trained result (``settings.IGNORED_KEYS``)."""
+    return {k: v for k, v in value.items() if k not in IGNORED_KEYS} if isinstance(value, dict) else value
+
+
 def check_plan(experiment: Experiment) -> None:
-    """Refuses to mix settings in one experiment folder (only methods, L, repeats and seeds may change)."""
+    """Refuses to mix settings in one experiment folder (only methods, L, repeats and seeds may change, and the
+    overrides of :py:data:`gcl_monai.benchmark.settings.IGNORED_KEYS`)."""
     path = experiment.folder / "plan.json"
     if not path.exists():
         return
@@ -209,7 +215,7 @@ def check_plan(experiment: Experiment) -> None:
         if stored.get(key) != ours[key]:
             raise ValueError(f"{path}: {key} was {stored.get(key)!r}, now {ours[key]!r}; use another --name.")
     for key, value in ours["preset"].items():
-        if key not in free and stored["preset"].get(key) != value:
+        if key not in free and _trained_settings(stored["preset"].get(key)) != _trained_settings(value):
             raise ValueError(
                 f"{path}: preset {key} was {stored['preset'].get(key)!r}, now {value!r}; results of different settings "
                 "must not be mixed: use another --name."

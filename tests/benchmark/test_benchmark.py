@@ -573,6 +573,14 @@ def test_rerun_with_other_settings_is_refused(tmp_path):
     with pytest.raises(ValueError, match="pretrain"):
         changed = PRESETS["cpu-mini"].replace(pretrain={"epochs": 3})
         plan.check_plan(Experiment("x", "demo", changed, results_dir=tmp_path))
+    # an override that changes no trained result (settings.IGNORED_KEYS) may come later, as in a GPU run's next lease
+    mini = PRESETS["cpu-mini"]
+    batched = mini.replace(finetune={**mini.finetune, "batched_augmentation": True})
+    plan.check_plan(Experiment("x", "demo", batched, results_dir=tmp_path))
+    with pytest.raises(ValueError, match="finetune"):
+        plan.check_plan(
+            Experiment("x", "demo", batched.replace(finetune={**batched.finetune, "lr": 1.0}), results_dir=tmp_path)
+        )
 
 
 # ------------------------------------------------------------------------------------------------ recorded settings

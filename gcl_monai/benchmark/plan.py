@@ -1,7 +1,8 @@
 """
-The plan of an experiment: its cells in execution order, ``plan.json`` (a rerun with other settings under the same
-name is refused, and so is a cell on disk that ran with other settings than the plan gives it) and the dry-run
-description.
+The plan of an experiment, made in one pass from the experiment as asked for: every cell described once (bundle,
+config, overrides, folder, the pre-training it loads) in execution order, ``plan.json``, the split files to write
+first and the dry-run description. Before a run the folder is checked against it: a rerun with other settings under
+the same name is refused, and so is a cell on disk that ran with other settings than the plan gives it.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gcl_monai.benchmark.bundles import bundle_config
 from gcl_monai.benchmark.cells import pretrain_done, read_status, trained
 from gcl_monai.benchmark.experiment import (
+    DATASETS,
     EXTERNAL_TEST,
     INPUT_GRID_SETS,
     INTERNAL_TEST,
@@ -28,17 +31,120 @@ from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS, UnsupportedMethod
 from gcl_monai.benchmark.settings import PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, recorded_changes
 
 __all__ = [
+    "PLAN_FILE",
+    "Plan",
     "check_cell_settings",
     "check_plan",
     "describe",
-    "describe_header",
     "execution_order",
     "plan_cells",
+    "plan_experiment",
     "whole_experiment",
-    "write_plan",
 ]
 
 logger = logging.getLogger("gcl_monai.benchmark")
+
+#: the experiment's record in its folder (:py:attr:`Plan.record`).
+PLAN_FILE = "plan.json"
+
+Cell = PretrainCell | FinetuneCell
+
+
+@dataclass(frozen=True)
+class Plan:
+    """
+    What a run of an experiment runs and writes, each cell described once.
+
+    Args:
+        folder: the experiment's folder.
+        cells: the cells of this run, in execution order (:py:func:`execution_order`).
+        results_cells: every fine-tuning cell of the folder, also those of earlier runs' methods, L and draws
+            (:py:func:`whole_experiment`): the cells of ``results.csv``.
+        record: ``plan.json``: the experiment, the preset, its cuts, each method's label and each pre-training's
+            bundle, config and overrides.
+        header: the experiment in a few lines (the progress log's and the dry run's first lines).
+        shared: the overrides every run of ``pretrain.json``, ``train.json`` and ``evaluate.json`` gets.
+        splits: ``(bundle, config, overrides)`` whose ``split`` item writes each split file, the fine-tuning
+            dataset's first.
+    """
+
+    folder: Path
+    cells: list[Cell]
+    results_cells: list[FinetuneCell]
+    record: dict[str, Any]
+    header: list[str]
+    shared: dict[str, dict[str, Any]]
+    splits: list[tuple[Path, str, dict[str, Any]]]
+
+
+def plan_experiment(experiment: Experiment, check: bool = True) -> Plan:
+    """
+    The plan of ``experiment``.
+
+    Args:
+        experiment: the experiment.
+        check: refuse a folder that ran other settings (:py:func:`check_plan`, :py:func:`check_cell_settings`), and
+            describe every cell the folder holds in ``results_cells`` and ``record``; False (a dry run): nothing is
+            checked and both hold this run's cells only.
+
+    Raises:
+        ValueError: when ``check`` finds the folder's plan or cells run with other settings.
+    """
+    pretrain, finetune = plan_cells(experiment)
+    cells = execution_order(pretrain, finetune)
+    whole = experiment
+    if check:
+        check_plan(experiment)
+        check_cell_settings(cells)
+        whole = whole_experiment(experiment)
+        pretrain, finetune = plan_cells(whole)
+    data, source = _bundle(experiment, experiment.data), _bundle(experiment, experiment.source)
+    return Plan(
+        folder=experiment.folder,
+        cells=cells,
+        results_cells=finetune,
+        record=_record(whole, pretrain, finetune),
+        header=_header(experiment, len(cells)),
+        shared=_shared_overrides(experiment),
+        splits=[
+            (data, "train", _run_overrides(experiment, experiment.data)),
+            (source, "pretrain", _run_overrides(experiment, experiment.source)),
+        ],
+    )
+
+
+def _bundle(experiment: Experiment, dataset: str) -> Path:
+    return Path(experiment.bundle_dir) / DATASETS[dataset][0]
+
+
+def _split_file(experiment: Experiment, dataset: str) -> Path:
+    return experiment.folder / ("split.json" if dataset == experiment.data else f"split_{dataset}.json")
+
+
+def _run_overrides(experiment: Experiment, dataset: str) -> dict[str, Any]:
+    """Overrides shared by every bundle run on ``dataset``: folders, split file, device and ``preset.common``."""
+    subdir = DATASETS[dataset][1]
+    out: dict[str, Any] = {
+        "bundle_root": str(_bundle(experiment, dataset)),
+        "work_dir": str(experiment.folder),
+        "split_file": str(_split_file(experiment, dataset)),
+    }
+    if subdir is not None:
+        out["dataset_dir"] = str(Path(experiment.data_root) / subdir)
+    if experiment.preset.device is not None:
+        out["device"] = f"$torch.device({experiment.preset.device!r})"
+    out.update(experiment.preset.common)
+    return out
+
+
+def _shared_overrides(experiment: Experiment) -> dict[str, dict[str, Any]]:
+    """The overrides every run of each config gets, before a method's and a cell's own."""
+    data, source = _run_overrides(experiment, experiment.data), _run_overrides(experiment, experiment.source)
+    return {
+        "pretrain.json": {**source, **experiment.preset.pretrain},
+        "train.json": {**data, **experiment.preset.finetune},
+        "evaluate.json": data,
+    }
 
 
 def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[FinetuneCell]]:
@@ -50,8 +156,12 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
     the pre-training dataset lacks are left out with a warning (the paper's "/" cells).
     """
     preset = experiment.preset
-    source_bundle = experiment.bundle(experiment.source)
+    source_bundle, data_bundle = _bundle(experiment, experiment.source), _bundle(experiment, experiment.data)
     dataset_meta = bundle_config(source_bundle, "pretrain")["meta_labels"]
+    # the evaluation builds the network and the preprocessing the training had: every training override that
+    # evaluate.json also reads (e.g. ``norm``, ``fov_shape`` given with --finetune-set) goes to it as well
+    evaluate_keys = set(bundle_config(data_bundle, "evaluate"))
+    shared = _shared_overrides(experiment)
     pretrain: dict[tuple[str, int], PretrainCell] = {}
     methods = []
     for name in preset.methods:
@@ -65,7 +175,7 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
                 except UnsupportedMethod as error:
                     logger.warning("Leaving out %s: %s", name, error)
                     continue
-                overrides = {**experiment.overrides(experiment.source), **preset.pretrain, **method_overrides}
+                overrides = {**shared["pretrain.json"], **method_overrides}
                 cells = [_seeded(PretrainCell(owner, source_bundle, overrides), seed) for seed in preset.pretrain_seeds]
             pretrain.update(((owner, cell.seed), cell) for cell in cells)
         methods.append(name)
@@ -79,7 +189,10 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
                 source = pretrain[(owner, pretrain_seed)] if owner else None
                 for draw in range(preset.repeats):
                     for k in range(preset.seeds_per_draw):
-                        finetune_cells.append(_finetune_cell(experiment, name, num_labeled, draw, k, source))
+                        cell = _finetune_cell(
+                            experiment, name, num_labeled, draw, k, source, shared["train.json"], evaluate_keys
+                        )
+                        finetune_cells.append(cell)
     return list(pretrain.values()), finetune_cells
 
 
@@ -92,22 +205,30 @@ def _seeded(cell: PretrainCell, seed: int) -> PretrainCell:
 
 
 def _finetune_cell(
-    experiment: Experiment, name: str, num_labeled: int, draw: int, k: int, pretrain: PretrainCell | None
+    experiment: Experiment,
+    name: str,
+    num_labeled: int,
+    draw: int,
+    k: int,
+    pretrain: PretrainCell | None,
+    shared: Mapping[str, Any],
+    evaluate_keys: set[str],
 ) -> FinetuneCell:
     """
     The fine-tuning of method ``name`` at ``num_labeled`` on labelled draw ``draw`` with the draw's ``k``-th seed,
-    from ``pretrain``'s encoder (None: random initialisation). One seed per repeat: repeats differ even when the
-    pool allows a single labelled subset. A pre-training seed s > 0 adds ``_p<s>`` to the folder.
+    from ``pretrain``'s encoder (None: random initialisation), on top of the ``shared`` overrides of every
+    ``train.json`` run; its evaluations get the training overrides that ``evaluate.json`` reads (``evaluate_keys``).
+    One seed per repeat: repeats differ even when the pool allows a single labelled subset. A pre-training seed
+    s > 0 adds ``_p<s>`` to the folder.
     """
     preset, method = experiment.preset, METHODS[name]
-    bundle = experiment.bundle(experiment.data)
+    bundle = _bundle(experiment, experiment.data)
     seed = repeat = draw * preset.seeds_per_draw + k
     shown = "all" if num_labeled == ALL_LABELLED else num_labeled
     suffix = f"_p{pretrain.seed}" if pretrain is not None and pretrain.seed else ""
     folder = experiment.folder / "finetune" / f"{name}_L{shown}_d{draw}_s{seed}{suffix}"
     train = {
-        **experiment.overrides(experiment.data),
-        **preset.finetune,
+        **shared,
         **method.finetune_overrides(),
         "init": method.pretrain_method or "random",
         "num_labeled": num_labeled,
@@ -118,9 +239,6 @@ def _finetune_cell(
     }
     if pretrain is not None:
         train["pretrained_path"] = str(pretrain.folder / "encoder.pt")
-    # the evaluation builds the network and the preprocessing the training had: every training override that
-    # evaluate.json also reads (e.g. ``norm``, ``fov_shape`` given with --finetune-set) goes to it as well
-    evaluate_keys = set(bundle_config(bundle, "evaluate"))
     evaluate = {
         **{key: v for key, v in train.items() if key in evaluate_keys},
         "ckpt_path": str(folder / "models" / "model.pt"),
@@ -148,6 +266,9 @@ def _finetune_cell(
         train_overrides=train,
         eval_overrides=evals,
         pretrain=pretrain,
+        dataset=experiment.data,
+        pretrain_dataset=None if pretrain is None else experiment.source,
+        preset=preset.name,
         pretrain_seed=None if pretrain is None else pretrain.seed,
     )
 
@@ -160,7 +281,7 @@ def _supervised_pretrain_cell(experiment: Experiment, name: str, seed: int = 0) 
     """
     folder = experiment.folder / "pretrain" / pretrain_name(name, seed)  # PretrainCell.folder
     overrides = {
-        **experiment.overrides(experiment.source),
+        **_run_overrides(experiment, experiment.source),
         **experiment.preset.finetune,
         **METHODS["fully_supervised"].finetune_overrides(),
         "init": "random",
@@ -170,7 +291,7 @@ def _supervised_pretrain_cell(experiment: Experiment, name: str, seed: int = 0) 
         "output_dir": str(folder),
         "ckpt_dir": str(folder / "models"),
     }
-    return PretrainCell(name, experiment.bundle(experiment.source), overrides, config="train", seed=seed)
+    return PretrainCell(name, _bundle(experiment, experiment.source), overrides, config="train", seed=seed)
 
 
 def execution_order(pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> list[PretrainCell | FinetuneCell]:
@@ -199,11 +320,11 @@ def execution_order(pretrain: list[PretrainCell], finetune: list[FinetuneCell]) 
 
 def check_plan(experiment: Experiment) -> None:
     """Refuses to mix settings in one experiment folder (only methods, L, repeats and seeds may change)."""
-    path = experiment.folder / "plan.json"
+    path = experiment.folder / PLAN_FILE
     if not path.exists():
         return
     stored = json.loads(path.read_text())
-    ours = json.loads(json.dumps(experiment.to_dict()))
+    ours = json.loads(json.dumps(_experiment_record(experiment)))
     free = ("methods", "num_labeled", "repeats", "seeds_per_draw", "name")
     for key in ("data", "pretrain_data", "test_root"):
         if stored.get(key) != ours[key]:
@@ -264,7 +385,7 @@ def whole_experiment(experiment: Experiment) -> Experiment:
     ``results.csv`` and ``table.md`` then describe every cell of the folder, not only the last run's part. Call
     :py:func:`check_plan` first (the other settings must be the same).
     """
-    path = experiment.folder / "plan.json"
+    path = experiment.folder / PLAN_FILE
     if not path.exists():
         return experiment
     stored, preset = json.loads(path.read_text())["preset"], experiment.preset
@@ -281,20 +402,32 @@ def whole_experiment(experiment: Experiment) -> Experiment:
     return dataclasses.replace(experiment, preset=whole)
 
 
-def write_plan(experiment: Experiment, pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> Path:
-    plan = {
-        **experiment.to_dict(),
+def _experiment_record(experiment: Experiment) -> dict[str, Any]:
+    return {
+        "name": experiment.name,
+        "data": experiment.data,
+        "pretrain_data": experiment.source,
+        "data_root": str(experiment.data_root),
+        "results_dir": str(experiment.results_dir),
+        "bundle_dir": str(experiment.bundle_dir),
+        "test_root": None if experiment.test_root is None else str(experiment.test_root),
+        "input_grid": experiment.input_grid,
+        "preset": dataclasses.asdict(experiment.preset),
+    }
+
+
+def _record(experiment: Experiment, pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> dict[str, Any]:
+    """``plan.json`` of ``experiment`` (the whole folder's, :py:func:`whole_experiment`) and its cells."""
+    return {
+        **_experiment_record(experiment),
         "cuts": preset_cuts(experiment.preset),
         "methods": list(dict.fromkeys(c.method for c in finetune)),
         "labels": {m: METHODS[m].label for m in experiment.preset.methods},
         "pretrain": {c.name: {"bundle": str(c.bundle), "config": c.config, "overrides": c.overrides} for c in pretrain},
     }
-    path = experiment.folder / "plan.json"
-    path.write_text(json.dumps(plan, indent=1))
-    return path
 
 
-def describe_header(experiment: Experiment, num_cells: int) -> list[str]:
+def _header(experiment: Experiment, num_cells: int) -> list[str]:
     """The experiment in a few lines, with what its preset cuts relative to the paper."""
     lines = [
         f"Experiment {experiment.name}: preset {experiment.preset.name}, fine-tune and test on {experiment.data}, "
@@ -306,20 +439,18 @@ def describe_header(experiment: Experiment, num_cells: int) -> list[str]:
     return lines
 
 
-def describe(experiment: Experiment, cells: list[PretrainCell | FinetuneCell]) -> str:
-    """The plan as text: the header, the overrides shared by each stage, then every cell with its own overrides."""
-    lines = describe_header(experiment, len(cells))
-    shared = {
-        "pretrain.json": {**experiment.overrides(experiment.source), **experiment.preset.pretrain},
-        "train.json": {**experiment.overrides(experiment.data), **experiment.preset.finetune},
-        "evaluate.json": experiment.overrides(experiment.data),
-    }
-    lines += [f"Overrides of every {config} run: {overrides}" for config, overrides in shared.items()]
+def describe(plan: Plan) -> str:
+    """
+    The plan as text (the dry run): the header, the overrides shared by each config's runs, then every cell with
+    its own overrides, ``[done]`` when a rerun would skip it.
+    """
+    shared = plan.shared
+    lines = plan.header + [f"Overrides of every {config} run: {overrides}" for config, overrides in shared.items()]
 
     def own(overrides: Mapping[str, Any], config: str) -> dict[str, Any]:
         return {k: v for k, v in overrides.items() if k not in shared[config] or shared[config][k] != v}
 
-    for i, cell in enumerate(cells):
+    for i, cell in enumerate(plan.cells):
         if isinstance(cell, PretrainCell):
             done = " [done]" if pretrain_done(cell) else ""
             config = f"{cell.config}.json"

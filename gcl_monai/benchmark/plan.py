@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gcl_monai.benchmark.bundles import bundle_config
-from gcl_monai.benchmark.cells import pretrain_done, read_status, trained
+from gcl_monai.benchmark.cells import check_cell_settings, pretrain_done
 from gcl_monai.benchmark.experiment import (
     DATASETS,
     EXTERNAL_TEST,
@@ -28,12 +28,10 @@ from gcl_monai.benchmark.experiment import (
     pretrain_name,
 )
 from gcl_monai.benchmark.presets import ALL_LABELLED, METHODS, UnsupportedMethod, preset_cuts
-from gcl_monai.benchmark.settings import PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, recorded_changes
 
 __all__ = [
     "PLAN_FILE",
     "Plan",
-    "check_cell_settings",
     "check_plan",
     "describe",
     "execution_order",
@@ -83,34 +81,38 @@ def plan_experiment(experiment: Experiment, check: bool = True) -> Plan:
 
     Args:
         experiment: the experiment.
-        check: refuse a folder that ran other settings (:py:func:`check_plan`, :py:func:`check_cell_settings`), and
-            describe every cell the folder holds in ``results_cells`` and ``record``; False (a dry run): nothing is
-            checked and both hold this run's cells only.
+        check: refuse a folder that ran other settings (its ``plan.json``: :py:func:`check_plan`; a cell on disk:
+            :py:func:`~gcl_monai.benchmark.cells.check_cell_settings`), and describe every cell the folder holds in
+            ``results_cells`` and ``record`` (:py:func:`whole_experiment`); False (a dry run): nothing is checked and
+            both hold this run's cells only.
 
     Raises:
         ValueError: when ``check`` finds the folder's plan or cells run with other settings.
     """
-    pretrain, finetune = plan_cells(experiment)
-    cells = execution_order(pretrain, finetune)
-    whole = experiment
     if check:
         check_plan(experiment)
-        check_cell_settings(cells)
-        whole = whole_experiment(experiment)
-        pretrain, finetune = plan_cells(whole)
-    data, source = _bundle(experiment, experiment.data), _bundle(experiment, experiment.source)
-    return Plan(
+    whole = whole_experiment(experiment) if check else experiment
+    meta_labels, evaluate_keys = _bundle_reads(experiment)
+    cuts, whole_cuts = preset_cuts(experiment.preset), preset_cuts(whole.preset)
+    pretrain, finetune = _plan_cells(experiment, meta_labels, evaluate_keys)
+    cells = execution_order(pretrain, finetune)
+    if whole is not experiment:
+        pretrain, finetune = _plan_cells(whole, meta_labels, evaluate_keys)
+    plan = Plan(
         folder=experiment.folder,
         cells=cells,
         results_cells=finetune,
-        record=_record(whole, pretrain, finetune),
-        header=_header(experiment, len(cells)),
+        record=_record(whole, pretrain, finetune, whole_cuts),
+        header=_header(experiment, len(cells), cuts),
         shared=_shared_overrides(experiment),
         splits=[
-            (data, "train", _run_overrides(experiment, experiment.data)),
-            (source, "pretrain", _run_overrides(experiment, experiment.source)),
+            (_bundle(experiment, dataset), config, _run_overrides(experiment, dataset))
+            for dataset, config in ((experiment.data, "train"), (experiment.source, "pretrain"))
         ],
     )
+    if check:
+        check_cell_settings(cells)
+    return plan
 
 
 def _bundle(experiment: Experiment, dataset: str) -> Path:
@@ -155,12 +157,26 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
     Draws and seeds are the same for every method, so the comparisons are paired. Methods that need a meta label
     the pre-training dataset lacks are left out with a warning (the paper's "/" cells).
     """
+    return _plan_cells(experiment, *_bundle_reads(experiment))
+
+
+def _bundle_reads(experiment: Experiment) -> tuple[list[str], set[str]]:
+    """
+    What the plan reads from the bundle configs: the pre-training dataset's meta labels, and the keys that the
+    fine-tuning dataset's ``evaluate.json`` reads (the evaluation builds the network and the preprocessing the
+    training had: every training override among them, e.g. ``norm`` or ``fov_shape`` given with --finetune-set,
+    goes to the evaluations as well).
+    """
+    source, data = _bundle(experiment, experiment.source), _bundle(experiment, experiment.data)
+    return bundle_config(source, "pretrain")["meta_labels"], set(bundle_config(data, "evaluate"))
+
+
+def _plan_cells(
+    experiment: Experiment, meta_labels: list[str], evaluate_keys: set[str]
+) -> tuple[list[PretrainCell], list[FinetuneCell]]:
+    """:py:func:`plan_cells` with what it reads from the bundle configs (:py:func:`_bundle_reads`)."""
     preset = experiment.preset
-    source_bundle, data_bundle = _bundle(experiment, experiment.source), _bundle(experiment, experiment.data)
-    dataset_meta = bundle_config(source_bundle, "pretrain")["meta_labels"]
-    # the evaluation builds the network and the preprocessing the training had: every training override that
-    # evaluate.json also reads (e.g. ``norm``, ``fov_shape`` given with --finetune-set) goes to it as well
-    evaluate_keys = set(bundle_config(data_bundle, "evaluate"))
+    source_bundle = _bundle(experiment, experiment.source)
     shared = _shared_overrides(experiment)
     pretrain: dict[tuple[str, int], PretrainCell] = {}
     methods = []
@@ -171,7 +187,7 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
                 cells = [_supervised_pretrain_cell(experiment, owner, seed) for seed in preset.pretrain_seeds]
             else:
                 try:
-                    method_overrides = METHODS[owner].pretrain_overrides(dataset_meta)
+                    method_overrides = METHODS[owner].pretrain_overrides(meta_labels)
                 except UnsupportedMethod as error:
                     logger.warning("Leaving out %s: %s", name, error)
                     continue
@@ -337,47 +353,6 @@ def check_plan(experiment: Experiment) -> None:
             )
 
 
-def check_cell_settings(cells: Sequence[PretrainCell | FinetuneCell]) -> int:
-    """
-    Refuses to go on when a cell that a rerun would take as done (or resume) ran with other settings than the plan
-    gives it today (:py:mod:`gcl_monai.benchmark.settings`): a pre-training with a status file, a fine-tuning that
-    finished training (its own settings, and those of the pre-training whose encoder it loaded, when recorded).
-
-    Raises:
-        ValueError: naming every such cell, the keys that differ with both values, and what to do.
-
-    Returns:
-        the number of such cells that ran before settings were recorded (not checked; logged as a warning).
-    """
-    stale, unrecorded = [], 0
-    for cell in cells:
-        status = read_status(cell.folder)
-        if isinstance(cell, FinetuneCell) and not trained(status):
-            continue  # trained again by the run
-        if not status:
-            continue
-        if SETTINGS_KEY not in status:
-            unrecorded += 1
-            continue
-        whose = {SETTINGS_KEY: "", PRETRAIN_SETTINGS_KEY: "its pre-training's "}
-        changes = [
-            f"{whose[record]}{k} was {was!r}, now {now!r}"
-            for record, items in recorded_changes(status, cell).items()
-            for k, was, now in items
-        ]
-        if changes:
-            stale.append(f"{cell.label} ({cell.folder}): {', '.join(changes)}")
-    if stale:
-        raise ValueError(
-            "These cells ran with other settings than this plan gives them, and a rerun would take them as done: "
-            + "; ".join(stale)
-            + ". Delete their folders to run them again with today's settings, or use another --name."
-        )
-    if unrecorded:
-        logger.warning("%d cells ran before their settings were recorded: taken as done without a check.", unrecorded)
-    return unrecorded
-
-
 def whole_experiment(experiment: Experiment) -> Experiment:
     """
     ``experiment`` with the methods, values of L, draws and seeds that its folder's ``plan.json`` already holds added
@@ -416,24 +391,25 @@ def _experiment_record(experiment: Experiment) -> dict[str, Any]:
     }
 
 
-def _record(experiment: Experiment, pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> dict[str, Any]:
-    """``plan.json`` of ``experiment`` (the whole folder's, :py:func:`whole_experiment`) and its cells."""
+def _record(
+    experiment: Experiment, pretrain: list[PretrainCell], finetune: list[FinetuneCell], cuts: list[str]
+) -> dict[str, Any]:
+    """``plan.json``: ``experiment`` (the whole folder's, :py:func:`whole_experiment`), its preset's ``cuts``, cells."""
     return {
         **_experiment_record(experiment),
-        "cuts": preset_cuts(experiment.preset),
+        "cuts": cuts,
         "methods": list(dict.fromkeys(c.method for c in finetune)),
         "labels": {m: METHODS[m].label for m in experiment.preset.methods},
         "pretrain": {c.name: {"bundle": str(c.bundle), "config": c.config, "overrides": c.overrides} for c in pretrain},
     }
 
 
-def _header(experiment: Experiment, num_cells: int) -> list[str]:
-    """The experiment in a few lines, with what its preset cuts relative to the paper."""
+def _header(experiment: Experiment, num_cells: int, cuts: list[str]) -> list[str]:
+    """The experiment in a few lines, with what its preset cuts relative to the paper (``cuts``)."""
     lines = [
         f"Experiment {experiment.name}: preset {experiment.preset.name}, fine-tune and test on {experiment.data}, "
         f"pre-train on {experiment.source}; {num_cells} cells in {experiment.folder}"
     ]
-    cuts = preset_cuts(experiment.preset)
     lines.append("What this preset cuts relative to the paper:" if cuts else "The paper's protocol, nothing cut.")
     lines.extend(f"  - {c}" for c in cuts)
     return lines

@@ -18,7 +18,7 @@ An experiment lives in ``<results_dir>/<name>/``:
 Every cell is a ``monai.bundle.run`` of ``pretrain.json``, ``train.json`` or ``evaluate.json`` with overrides; a
 finished cell is skipped by a rerun and an interrupted pre-training resumes from its last checkpoint; a cell on disk
 that ran with other settings than the plan gives it stops the run before anything starts
-(:py:func:`gcl_monai.benchmark.plan.check_cell_settings`). With ``jobs`` > 1 the cells run in worker processes,
+(:py:func:`gcl_monai.benchmark.cells.check_cell_settings`). With ``jobs`` > 1 the cells run in worker processes,
 a fine-tuning cell once its pre-training is done.
 """
 
@@ -75,12 +75,12 @@ def run_experiment(
         return None
     plan.folder.mkdir(parents=True, exist_ok=True)
     (plan.folder / PLAN_FILE).write_text(json.dumps(plan.record, indent=1))
+    # the split files first: every method then reads the same patients
+    for bundle, config, overrides in plan.splits:
+        parse_bundle_item(bundle, config, "split", overrides)
     csv_path = plan.folder / "results.csv"
     with Progress(plan.cells, plan.folder / "progress.log", jobs=jobs) as progress:
         logger.info("%s", "\n".join(plan.header))
-        # the split files first: every method then reads the same patients
-        for bundle, config, overrides in plan.splits:
-            parse_bundle_item(bundle, config, "split", overrides)
 
         def prepare(index: int, cell: PretrainCell | FinetuneCell) -> bool:
             """Takes, skips or starts a cell whose pre-training is done; True when it is to run."""

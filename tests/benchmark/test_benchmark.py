@@ -627,13 +627,13 @@ def test_cells_run_with_other_settings_are_refused_not_taken_as_done(tmp_path):
     _finished_cell(earlier_default, 0.5, {**cell_settings(earlier_default), "shrink_perturb": [0.5, 1.0]})
     _finished_cell(unrecorded, 0.5)  # trained before settings were recorded
     with pytest.raises(ValueError, match=r"random_L1_d1_s1 .*shrink_perturb was \[0.5, 1.0\], now False"):
-        plan.check_cell_settings([pretrain, *finetune])
+        cells.check_cell_settings([pretrain, *finetune])
     shutil.rmtree(earlier_default.folder)  # what the message asks for: the cell is then trained again
-    assert plan.check_cell_settings([pretrain, *finetune]) == 1  # the unrecorded cell, logged and not checked
+    assert cells.check_cell_settings([pretrain, *finetune]) == 1  # the unrecorded cell, logged and not checked
 
     # a fine-tuning that did not finish training is trained again whatever it recorded
     cells.write_status(simclr_cells[0].folder, {"status": "failed", "settings": {"lr": 1.0}})
-    assert plan.check_cell_settings(finetune) == 1
+    assert cells.check_cell_settings(finetune) == 1
     # one that loaded an encoder pre-trained with other settings than today's pre-training is stale too
     _finished_cell(simclr_cells[1], 0.5, cell_settings(simclr_cells[1]))
     stale_encoder = {**cell_settings(pretrain), "temperature": 0.5}
@@ -641,12 +641,12 @@ def test_cells_run_with_other_settings_are_refused_not_taken_as_done(tmp_path):
         simclr_cells[1].folder, {**cells.read_status(simclr_cells[1].folder), "pretrain_settings": stale_encoder}
     )
     with pytest.raises(ValueError, match=r"simclr_L1_d1_s1 .*its pre-training's temperature was 0.5, now 0.1"):
-        plan.check_cell_settings(finetune)
+        cells.check_cell_settings(finetune)
     shutil.rmtree(simclr_cells[1].folder)
     # a pre-training is resumed from its checkpoints: its record is checked as soon as it has a status
     cells.write_status(pretrain.folder, {"status": "interrupted", "settings": {**cell_settings(pretrain), "lr": 1.0}})
     with pytest.raises(ValueError, match=r"pretrain simclr .*lr was 1.0, now 0.0001"):
-        plan.check_cell_settings([pretrain])
+        cells.check_cell_settings([pretrain])
 
 
 def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_path):
@@ -698,9 +698,9 @@ def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_pa
     _finished_cell(older, 0.5, before)
     _finished_cell(other_pool, 0.5, {**ours, "labeled_pool": "train+pretrain"})
     with pytest.raises(ValueError, match=r"random_L1_d1_s1 .*labeled_pool was 'train\+pretrain', now 'train'"):
-        plan.check_cell_settings([older, other_pool])
+        cells.check_cell_settings([older, other_pool])
     shutil.rmtree(other_pool.folder)
-    assert plan.check_cell_settings([older, other_pool]) == 0
+    assert cells.check_cell_settings([older, other_pool]) == 0
     # a record without the switch is reported at its old value, not as absent
     moved = dataclasses.replace(older, train_overrides={**older.train_overrides, "labeled_pool": "train+pretrain"})
     assert recorded_changes({SETTINGS_KEY: before}, moved) == {

@@ -29,6 +29,7 @@ from gcl_monai.networks import ENCODER_PREFIXES
 __all__ = [
     "STATUS_FILE",
     "check_cell_settings",
+    "finetune_done",
     "labelled_subset",
     "pretrain_done",
     "read_status",
@@ -106,6 +107,11 @@ def pretrain_done(cell: PretrainCell) -> bool:
         and status.get("epochs") == _config_value(cell, "epochs")
         and (cell.folder / "encoder.pt").exists()
     )
+
+
+def finetune_done(cell: FinetuneCell) -> bool:
+    """Evaluated on every test set (a ``dice.json`` each)."""
+    return all(cell.dice_file(test_set).exists() for test_set in cell.eval_overrides)
 
 
 def run_pretrain(cell: PretrainCell) -> str:

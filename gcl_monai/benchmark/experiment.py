@@ -148,6 +148,3 @@ class FinetuneCell:
 
     def dice_file(self, test_set: str) -> Path:
         return Path(self.eval_overrides[test_set]["eval_dir"]) / "dice.json"
-
-    def finished(self) -> bool:
-        return all(self.dice_file(t).exists() for t in self.eval_overrides)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gcl_monai.benchmark.bundles import bundle_config
-from gcl_monai.benchmark.cells import check_cell_settings, pretrain_done
+from gcl_monai.benchmark.cells import check_cell_settings, finetune_done, pretrain_done
 from gcl_monai.benchmark.experiment import (
     DATASETS,
     EXTERNAL_TEST,
@@ -433,7 +433,7 @@ def describe(plan: Plan) -> str:
             overrides = own(cell.overrides, config)
             lines.append(f"{i + 1:4d}. {cell.label}{done}: {cell.bundle.name} {config} {overrides}")
         else:
-            done = " [done]" if cell.finished() else ""
+            done = " [done]" if finetune_done(cell) else ""
             overrides = own(cell.train_overrides, "train.json")
             lines.append(f"{i + 1:4d}. {cell.label}{done}: {cell.bundle.name} train.json {overrides}")
             for test_set, overrides in cell.eval_overrides.items():

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gcl_monai.benchmark.cells import labelled_subset, last_validation_dice, read_status
+from gcl_monai.benchmark.cells import finetune_done, labelled_subset, last_validation_dice, read_status
 from gcl_monai.benchmark.experiment import FinetuneCell
 from gcl_monai.benchmark.report import VALIDATION_SET
 
@@ -39,7 +39,7 @@ def collect_rows(finetune: list[FinetuneCell]) -> list[dict[str, Any]]:
         cell_status = read_status(cell.folder)
         pre = read_status(cell.pretrain.folder) if cell.pretrain is not None else {}
         pre_status = {"collapsed": "collapsed", "failed": "pretrain_failed"}.get(pre.get("status"))
-        if pre_status is None and not cell_status and not cell.finished():
+        if pre_status is None and not cell_status and not finetune_done(cell):
             continue
         patients = labelled_patients(cell)
         message = pre.get("message", "") if pre_status else cell_status.get("message", "")

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gcl_monai.benchmark.bundles import parse_bundle_item
-from gcl_monai.benchmark.cells import pretrain_done, read_status
+from gcl_monai.benchmark.cells import finetune_done, pretrain_done, read_status
 from gcl_monai.benchmark.experiment import Experiment, FinetuneCell, PretrainCell
 from gcl_monai.benchmark.plan import PLAN_FILE, describe, plan_experiment
 from gcl_monai.benchmark.progress import Progress, hms
@@ -90,13 +90,13 @@ def run_experiment(
                 return False
             if isinstance(cell, FinetuneCell) and (taken := import_finetuning(cell, list(finetune_from))):
                 progress.add_recorded(cell)
-                progress.log(index, cell, f"taken from {taken}", started=not cell.finished())
-                if cell.finished():
+                progress.log(index, cell, f"taken from {taken}", started=not finetune_done(cell))
+                if finetune_done(cell):
                     return False
             if isinstance(cell, PretrainCell) and pretrain_done(cell):
                 progress.log(index, cell, f"already {read_status(cell.folder)['status']}, skipped")
                 return False
-            if isinstance(cell, FinetuneCell) and cell.finished():
+            if isinstance(cell, FinetuneCell) and finetune_done(cell):
                 progress.log(index, cell, "already finished, skipped")
                 return False
             if isinstance(cell, FinetuneCell) and cell.pretrain is not None:

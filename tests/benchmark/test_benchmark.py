@@ -916,7 +916,7 @@ def test_finetune_from_takes_only_the_same_run(tmp_path):
 
     cell = ours["simclr_L1_d0_s0"]
     assert import_finetuning(cell, [source.folder]) == theirs["simclr_L1_d0_s0"].folder
-    assert cell.finished() and (cell.folder / "models" / "model.pt").read_bytes() == b"fine-tuned"
+    assert cells.finetune_done(cell) and (cell.folder / "models" / "model.pt").read_bytes() == b"fine-tuned"
     status = cells.read_status(cell.folder)
     assert status["reused_from"] == str(theirs["simclr_L1_d0_s0"].folder) and status["settings"]["draw"] == 0
     assert "reused_from" not in cells.read_status(theirs["simclr_L1_d0_s0"].folder)  # the source is unchanged

@@ -7,7 +7,7 @@ Command line: ``python -m gcl_monai.benchmark --help`` (see ``docs/benchmark.md`
 
 from gcl_monai.benchmark.bundles import default_bundle_dir
 from gcl_monai.benchmark.experiment import DATASETS, Experiment
-from gcl_monai.benchmark.plan import plan_cells
+from gcl_monai.benchmark.plan import plan_cells, plan_experiment
 from gcl_monai.benchmark.power import detectable_difference, pairs_needed
 from gcl_monai.benchmark.presets import ALL_METHODS, METHODS, PRESETS, Method, Preset, get_preset, preset_cuts
 from gcl_monai.benchmark.report import paired_difference, read_results, write_report
@@ -27,6 +27,7 @@ __all__ = [
     "paired_difference",
     "pairs_needed",
     "plan_cells",
+    "plan_experiment",
     "preset_cuts",
     "read_results",
     "run_experiment",

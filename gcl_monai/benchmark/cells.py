@@ -1,6 +1,7 @@
 """
 Running one cell: a pre-training (resumed when interrupted, a collapse recorded as final) or a fine-tuning and its
-evaluations, each with a ``benchmark.json`` status file in its folder.
+evaluations, each with a ``benchmark.json`` status file in its folder; before a run, the cells whose status file
+records other settings than the plan gives them today are refused (:py:func:`check_cell_settings`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import torch
 from gcl_monai.benchmark.bundles import bundle_config, parse_bundle_item, run_bundle
 from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 from gcl_monai.benchmark.report import read_scalars
-from gcl_monai.benchmark.settings import PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, cell_settings
+from gcl_monai.benchmark.settings import PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, cell_settings, recorded_changes
 from gcl_monai.data import num_slices
 from gcl_monai.handlers import RepresentationCollapse
 from gcl_monai.losses import chance_level
@@ -27,6 +28,8 @@ from gcl_monai.networks import ENCODER_PREFIXES
 
 __all__ = [
     "STATUS_FILE",
+    "check_cell_settings",
+    "finetune_done",
     "labelled_subset",
     "pretrain_done",
     "read_status",
@@ -104,6 +107,11 @@ def pretrain_done(cell: PretrainCell) -> bool:
         and status.get("epochs") == _config_value(cell, "epochs")
         and (cell.folder / "encoder.pt").exists()
     )
+
+
+def finetune_done(cell: FinetuneCell) -> bool:
+    """Evaluated on every test set (a ``dice.json`` each)."""
+    return all(cell.dice_file(test_set).exists() for test_set in cell.eval_overrides)
 
 
 def run_pretrain(cell: PretrainCell) -> str:
@@ -200,6 +208,47 @@ def last_validation_dice(cell: FinetuneCell) -> float:
 def trained(status: Mapping[str, Any]) -> bool:
     """Whether a fine-tuning cell's status says its training finished (a rerun then only evaluates it)."""
     return bool(status.get("trained") or status.get("status") == "finished")
+
+
+def check_cell_settings(cells: Sequence[PretrainCell | FinetuneCell]) -> int:
+    """
+    Refuses to go on when a cell that a rerun would take as done (or resume) ran with other settings than the plan
+    gives it today (:py:mod:`gcl_monai.benchmark.settings`): a pre-training with a status file, a fine-tuning that
+    finished training (its own settings, and those of the pre-training whose encoder it loaded, when recorded).
+
+    Raises:
+        ValueError: naming every such cell, the keys that differ with both values, and what to do.
+
+    Returns:
+        the number of such cells that ran before settings were recorded (not checked; logged as a warning).
+    """
+    stale, unrecorded = [], 0
+    for cell in cells:
+        status = read_status(cell.folder)
+        if isinstance(cell, FinetuneCell) and not trained(status):
+            continue  # trained again by the run
+        if not status:
+            continue
+        if SETTINGS_KEY not in status:
+            unrecorded += 1
+            continue
+        whose = {SETTINGS_KEY: "", PRETRAIN_SETTINGS_KEY: "its pre-training's "}
+        changes = [
+            f"{whose[record]}{k} was {was!r}, now {now!r}"
+            for record, items in recorded_changes(status, cell).items()
+            for k, was, now in items
+        ]
+        if changes:
+            stale.append(f"{cell.label} ({cell.folder}): {', '.join(changes)}")
+    if stale:
+        raise ValueError(
+            "These cells ran with other settings than this plan gives them, and a rerun would take them as done: "
+            + "; ".join(stale)
+            + ". Delete their folders to run them again with today's settings, or use another --name."
+        )
+    if unrecorded:
+        logger.warning("%d cells ran before their settings were recorded: taken as done without a check.", unrecorded)
+    return unrecorded
 
 
 def run_finetune(cell: FinetuneCell) -> str:

@@ -1,11 +1,11 @@
 """
-An experiment of the benchmark and its cells: which dataset, preset and folders, and one cell per pre-training or
-fine-tuning run, each a ``monai.bundle.run`` of a bundle config with overrides.
+An experiment of the benchmark as asked for (which datasets, preset and folders) and the records of its cells, one
+per pre-training or fine-tuning run, each a ``monai.bundle.run`` of a bundle config with overrides. The cells are
+made by :py:mod:`gcl_monai.benchmark.plan`, from the experiment alone.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,40 +81,6 @@ class Experiment:
     def folder(self) -> Path:
         return Path(self.results_dir) / self.name
 
-    def bundle(self, dataset: str) -> Path:
-        return Path(self.bundle_dir) / DATASETS[dataset][0]
-
-    def split_file(self, dataset: str) -> Path:
-        return self.folder / ("split.json" if dataset == self.data else f"split_{dataset}.json")
-
-    def overrides(self, dataset: str) -> dict[str, Any]:
-        """Overrides shared by every bundle run on ``dataset``: folders, split file, device and ``preset.common``."""
-        subdir = DATASETS[dataset][1]
-        out: dict[str, Any] = {
-            "bundle_root": str(self.bundle(dataset)),
-            "work_dir": str(self.folder),
-            "split_file": str(self.split_file(dataset)),
-        }
-        if subdir is not None:
-            out["dataset_dir"] = str(Path(self.data_root) / subdir)
-        if self.preset.device is not None:
-            out["device"] = f"$torch.device({self.preset.device!r})"
-        out.update(self.preset.common)
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "data": self.data,
-            "pretrain_data": self.source,
-            "data_root": str(self.data_root),
-            "results_dir": str(self.results_dir),
-            "bundle_dir": str(self.bundle_dir),
-            "test_root": None if self.test_root is None else str(self.test_root),
-            "input_grid": self.input_grid,
-            "preset": dataclasses.asdict(self.preset),
-        }
-
 
 @dataclass
 class PretrainCell:
@@ -152,8 +118,11 @@ def pretrain_name(method: str, seed: int) -> str:
 
 @dataclass
 class FinetuneCell:
-    """One fine-tuning run (method, L, labelled draw, seed, pre-training seed) and its evaluations, one per test
-    set; ``pretrain_seed`` is None for a method without pre-training."""
+    """
+    One fine-tuning run (method, L, labelled draw, seed, pre-training seed) and its evaluations, one per test set:
+    everything its run and its rows of ``results.csv`` need. ``pretrain``, ``pretrain_dataset`` and
+    ``pretrain_seed`` are None for a method without pre-training.
+    """
 
     method: str
     num_labeled: int
@@ -164,6 +133,9 @@ class FinetuneCell:
     train_overrides: dict[str, Any]
     eval_overrides: dict[str, dict[str, Any]]
     pretrain: PretrainCell | None
+    dataset: str
+    pretrain_dataset: str | None
+    preset: str
     pretrain_seed: int | None = None
 
     @property
@@ -176,6 +148,3 @@ class FinetuneCell:
 
     def dice_file(self, test_set: str) -> Path:
         return Path(self.eval_overrides[test_set]["eval_dir"]) / "dice.json"
-
-    def finished(self) -> bool:
-        return all(self.dice_file(t).exists() for t in self.eval_overrides)

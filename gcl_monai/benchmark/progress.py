@@ -1,27 +1,50 @@
-"""Progress of an experiment: ``cell i of n``, the elapsed time and an ETA."""
+"""Progress of an experiment in its ``progress.log``: ``cell i of n``, the elapsed time and an ETA."""
 
 from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
+from types import TracebackType
 
 from gcl_monai.benchmark.cells import read_status
 from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 
-__all__ = ["Progress", "hms", "past_durations", "recorded_seconds"]
+__all__ = ["Progress", "hms", "recorded_seconds"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
 
 class Progress:
-    """Logs ``cell i of n``, the elapsed time and an ETA from the mean duration of each kind of cell."""
+    """
+    Logs ``cell i of n``, the elapsed time and an ETA from the mean duration of each kind of cell (seeded with the
+    recorded durations of the cells finished by earlier runs). Used as a context manager, it also writes the
+    benchmark's log to ``log_file``.
+    """
 
-    def __init__(self, cells: list[PretrainCell | FinetuneCell], durations: dict[str, list[float]], jobs: int = 1):
+    def __init__(self, cells: list[PretrainCell | FinetuneCell], log_file: Path, jobs: int = 1):
         self.cells = cells
-        self.durations = durations
+        self.durations: dict[str, list[float]] = {"pretrain": [], "finetune": []}
+        for cell in cells:
+            self.add_recorded(cell)
         self.jobs = jobs
         self.remaining = set(range(len(cells)))
         self.start = time.time()
+        self.log_file = log_file
+        self.handler: logging.Handler | None = None
+
+    def __enter__(self) -> Progress:
+        self.handler = logging.FileHandler(self.log_file)
+        self.handler.setFormatter(logging.Formatter("%(asctime)s - %(levelname)s - %(message)s"))
+        logger.addHandler(self.handler)
+        logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        logger.removeHandler(self.handler)
+        self.handler.close()
 
     @staticmethod
     def kind(cell: PretrainCell | FinetuneCell) -> str:
@@ -60,7 +83,7 @@ class Progress:
         self.durations.setdefault(self.kind(cell), []).append(seconds)
 
     def add_recorded(self, cell: PretrainCell | FinetuneCell) -> None:
-        """Counts the recorded duration of a cell taken from another experiment (when it finished there)."""
+        """Counts the recorded duration of a finished cell (run earlier, or taken from another experiment)."""
         if (seconds := recorded_seconds(cell)) is not None:
             self.add(cell, seconds)
 
@@ -80,11 +103,3 @@ def recorded_seconds(cell: PretrainCell | FinetuneCell) -> float | None:
     if "finetune_seconds" not in status:
         return None
     return status["finetune_seconds"] + sum(status.get("eval_seconds", {}).values())
-
-
-def past_durations(pretrain: list[PretrainCell], finetune: list[FinetuneCell]) -> dict[str, list[float]]:
-    """Durations of the cells finished by earlier invocations, to seed the ETA."""
-    durations: dict[str, list[float]] = {"pretrain": [], "finetune": []}
-    for cells, kind in ((pretrain, "pretrain"), (finetune, "finetune")):
-        durations[kind] += [s for s in map(recorded_seconds, cells) if s is not None]
-    return durations

@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gcl_monai.benchmark.cells import labelled_subset, last_validation_dice, read_status
-from gcl_monai.benchmark.experiment import Experiment, FinetuneCell
+from gcl_monai.benchmark.cells import finetune_done, labelled_subset, last_validation_dice, read_status
+from gcl_monai.benchmark.experiment import FinetuneCell
 from gcl_monai.benchmark.report import VALIDATION_SET
 
 __all__ = ["collect_rows", "labelled_patients", "write_csv"]
@@ -20,7 +20,12 @@ def labelled_patients(cell: FinetuneCell) -> str:
     return ";".join(sorted({str(d.get("patient", d.get("patient_id"))) for d in labelled_subset(cell)}))
 
 
-def collect_rows(experiment: Experiment, finetune: list[FinetuneCell]) -> list[dict[str, Any]]:
+def _num_volumes(split_file: Path, part: str) -> int | str:
+    """The volumes of ``part`` in a split file ("" before it is written)."""
+    return len(json.loads(split_file.read_text()).get(part, ())) if split_file.exists() else ""
+
+
+def collect_rows(finetune: list[FinetuneCell]) -> list[dict[str, Any]]:
     """
     One row per fine-tuning run and test set found on disk, with ``status``: ``ok`` (with its Dice), ``collapsed``
     (the pre-training collapsed, so it was never fine-tuned: Dice NaN), ``pretrain_failed`` or ``failed`` (Dice
@@ -28,14 +33,13 @@ def collect_rows(experiment: Experiment, finetune: list[FinetuneCell]) -> list[d
     :py:data:`VALIDATION_SET`, with its last validation Dice (no per-class values), when it logged one: recorded
     in the cell's status when its training finished, read from its scalars for cells trained before that record.
     """
-    split_file = experiment.split_file(experiment.data)
-    num_val = len(json.loads(split_file.read_text()).get("val", ())) if split_file.exists() else ""
+    num_val: dict[Path, int | str] = {}  # validation volumes of each split file, read once
     rows = []
     for cell in finetune:
         cell_status = read_status(cell.folder)
         pre = read_status(cell.pretrain.folder) if cell.pretrain is not None else {}
         pre_status = {"collapsed": "collapsed", "failed": "pretrain_failed"}.get(pre.get("status"))
-        if pre_status is None and not cell_status and not cell.finished():
+        if pre_status is None and not cell_status and not finetune_done(cell):
             continue
         patients = labelled_patients(cell)
         message = pre.get("message", "") if pre_status else cell_status.get("message", "")
@@ -44,8 +48,8 @@ def collect_rows(experiment: Experiment, finetune: list[FinetuneCell]) -> list[d
             summary = json.loads(dice_file.read_text()) if dice_file.exists() and pre_status is None else {}
             status = pre_status or ("ok" if summary else "failed")
             row = {
-                "dataset": experiment.data,
-                "pretrain_dataset": experiment.source if cell.pretrain is not None else "none",
+                "dataset": cell.dataset,
+                "pretrain_dataset": cell.pretrain_dataset or "none",
                 "method": cell.method,
                 "num_labeled": cell.num_labeled,
                 "repeat": cell.repeat,
@@ -64,7 +68,7 @@ def collect_rows(experiment: Experiment, finetune: list[FinetuneCell]) -> list[d
                 "finetune_iterations": cell_status.get("iterations", ""),
                 "pretrain_final_loss": pre.get("final_loss", ""),
                 "pretrain_final_std": pre.get("final_std", ""),
-                "preset": experiment.preset.name,
+                "preset": cell.preset,
                 "run_dir": str(cell.folder),
                 "message": message if status != "ok" else "",
             }
@@ -72,13 +76,16 @@ def collect_rows(experiment: Experiment, finetune: list[FinetuneCell]) -> list[d
         if pre_status is None and cell_status.get("trained"):
             val = cell_status["val_dice"] if "val_dice" in cell_status else last_validation_dice(cell)
             if math.isfinite(val):
+                split_file = Path(cell.train_overrides["split_file"])
+                if split_file not in num_val:
+                    num_val[split_file] = _num_volumes(split_file, "val")
                 shared = {k: v for k, v in row.items() if not k.startswith("dice_")}
                 rows.append(
                     {
                         **shared,
                         "test_set": VALIDATION_SET,
                         "dice": val,
-                        "num_test_volumes": num_val,
+                        "num_test_volumes": num_val[split_file],
                         "status": "ok",
                         "eval_seconds": "",
                         "message": "",

@@ -1,6 +1,8 @@
 """
-Runs a benchmark experiment: the paper's protocol, cell by cell, through the bundles' own configs (the scheduling;
-planning, running a cell, progress and results each have their own module).
+Runs a benchmark experiment in one pass: plan, run, report. The plan (:py:mod:`gcl_monai.benchmark.plan`) describes
+every cell once, from the experiment; the run takes, skips or runs each cell (:py:mod:`gcl_monai.benchmark.reuse`,
+:py:mod:`gcl_monai.benchmark.cells`, on workers: :py:mod:`gcl_monai.benchmark.scheduler`); the report reads what
+the cells left on disk (:py:mod:`gcl_monai.benchmark.results`, :py:mod:`gcl_monai.benchmark.report`).
 
 An experiment lives in ``<results_dir>/<name>/``:
 
@@ -16,31 +18,22 @@ An experiment lives in ``<results_dir>/<name>/``:
 Every cell is a ``monai.bundle.run`` of ``pretrain.json``, ``train.json`` or ``evaluate.json`` with overrides; a
 finished cell is skipped by a rerun and an interrupted pre-training resumes from its last checkpoint; a cell on disk
 that ran with other settings than the plan gives it stops the run before anything starts
-(:py:func:`gcl_monai.benchmark.plan.check_cell_settings`). With ``jobs`` > 1 the cells run in worker processes,
-a fine-tuning cell once its pre-training is done (:py:mod:`gcl_monai.benchmark.scheduler`).
+(:py:func:`gcl_monai.benchmark.cells.check_cell_settings`). With ``jobs`` > 1 the cells run in worker processes,
+a fine-tuning cell once its pre-training is done.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 from gcl_monai.benchmark.bundles import parse_bundle_item
-from gcl_monai.benchmark.cells import pretrain_done, read_status
+from gcl_monai.benchmark.cells import finetune_done, pretrain_done, read_status
 from gcl_monai.benchmark.experiment import Experiment, FinetuneCell, PretrainCell
-from gcl_monai.benchmark.plan import (
-    check_cell_settings,
-    check_plan,
-    describe,
-    describe_header,
-    execution_order,
-    plan_cells,
-    whole_experiment,
-    write_plan,
-)
-from gcl_monai.benchmark.progress import Progress, hms, past_durations
+from gcl_monai.benchmark.plan import PLAN_FILE, describe, plan_experiment
+from gcl_monai.benchmark.progress import Progress, hms
 from gcl_monai.benchmark.report import write_report
 from gcl_monai.benchmark.results import collect_rows, write_csv
 from gcl_monai.benchmark.reuse import import_finetuning, import_pretraining
@@ -49,19 +42,6 @@ from gcl_monai.benchmark.scheduler import run_cells
 __all__ = ["run_experiment"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
-
-
-@contextmanager
-def _log_to(path: Path) -> Iterator[None]:
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s - %(levelname)s - %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        handler.close()
 
 
 def run_experiment(
@@ -89,24 +69,18 @@ def run_experiment(
     Returns:
         the path of ``results.csv`` (None for a dry run).
     """
-    pretrain, finetune = plan_cells(experiment)
-    cells = execution_order(pretrain, finetune)
+    plan = plan_experiment(experiment, check=not dry_run)
     if dry_run:
-        print(describe(experiment, cells))
+        print(describe(plan))
         return None
-    check_plan(experiment)
-    check_cell_settings(cells)
-    # plan.json, results.csv and table.md hold every cell of the folder, also those of earlier runs' methods and L
-    whole = whole_experiment(experiment)
-    every_pretrain, every_finetune = plan_cells(whole)
-    experiment.folder.mkdir(parents=True, exist_ok=True)
-    write_plan(whole, every_pretrain, every_finetune)
-    with _log_to(experiment.folder / "progress.log"):
-        logger.info("%s", "\n".join(describe_header(experiment, len(cells))))
-        # the split files first: every method then reads the same patients
-        for dataset, config in ((experiment.data, "train"), (experiment.source, "pretrain")):
-            parse_bundle_item(experiment.bundle(dataset), config, "split", experiment.overrides(dataset))
-        progress = Progress(cells, past_durations(pretrain, finetune), jobs=jobs)
+    plan.folder.mkdir(parents=True, exist_ok=True)
+    (plan.folder / PLAN_FILE).write_text(json.dumps(plan.record, indent=1))
+    # the split files first: every method then reads the same patients
+    for bundle, config, overrides in plan.splits:
+        parse_bundle_item(bundle, config, "split", overrides)
+    csv_path = plan.folder / "results.csv"
+    with Progress(plan.cells, plan.folder / "progress.log", jobs=jobs) as progress:
+        logger.info("%s", "\n".join(plan.header))
 
         def prepare(index: int, cell: PretrainCell | FinetuneCell) -> bool:
             """Takes, skips or starts a cell whose pre-training is done; True when it is to run."""
@@ -116,13 +90,13 @@ def run_experiment(
                 return False
             if isinstance(cell, FinetuneCell) and (taken := import_finetuning(cell, list(finetune_from))):
                 progress.add_recorded(cell)
-                progress.log(index, cell, f"taken from {taken}", started=not cell.finished())
-                if cell.finished():
+                progress.log(index, cell, f"taken from {taken}", started=not finetune_done(cell))
+                if finetune_done(cell):
                     return False
             if isinstance(cell, PretrainCell) and pretrain_done(cell):
                 progress.log(index, cell, f"already {read_status(cell.folder)['status']}, skipped")
                 return False
-            if isinstance(cell, FinetuneCell) and cell.finished():
+            if isinstance(cell, FinetuneCell) and finetune_done(cell):
                 progress.log(index, cell, "already finished, skipped")
                 return False
             if isinstance(cell, FinetuneCell) and cell.pretrain is not None:
@@ -137,10 +111,10 @@ def run_experiment(
             if outcome == "finished":
                 progress.add(cell, seconds)
             progress.log(index, cell, f"{outcome} in {hms(seconds)}")
-            write_csv(collect_rows(experiment, every_finetune), experiment.folder / "results.csv")
+            write_csv(collect_rows(plan.results_cells), csv_path)
 
-        run_cells(cells, prepare, finish, jobs=jobs, devices=devices)
-        csv_path = write_csv(collect_rows(experiment, every_finetune), experiment.folder / "results.csv")
-        write_report(experiment.folder)
-        logger.info("Results in %s; table in %s.", csv_path, experiment.folder / "table.md")
+        run_cells(plan.cells, prepare, finish, jobs=jobs, devices=devices)
+        write_csv(collect_rows(plan.results_cells), csv_path)
+        write_report(plan.folder)
+        logger.info("Results in %s; table in %s.", csv_path, plan.folder / "table.md")
     return csv_path

@@ -44,6 +44,11 @@ from gcl_monai.handlers import RepresentationCollapse
 ACDC_META = ["patient_id", "slice_quantile", "organ_state"]
 
 
+def _write_plan(experiment: Experiment) -> None:
+    """The experiment's ``plan.json``, as a run writes it."""
+    (experiment.folder / plan.PLAN_FILE).write_text(json.dumps(plan.plan_experiment(experiment).record))
+
+
 # ------------------------------------------------------------------------------------------------ methods, presets
 
 
@@ -249,9 +254,7 @@ def test_supervised_encoder_reference_is_a_train_json_pretraining(tmp_path):
     assert reference[0].train_overrides["pretrained_path"] == str(pretrain.folder / "encoder.pt")
     assert "supervised_encoder" not in PRETRAINING_METHODS  # a reference, not a row of the paper
     assert "shrink_perturb" not in reference[0].train_overrides  # the bundle's default fine-tuning
-    experiment.folder.mkdir()
-    plan.write_plan(experiment, [pretrain], finetune)
-    stored = json.loads((experiment.folder / "plan.json").read_text())["pretrain"]["supervised_encoder"]
+    stored = plan.plan_experiment(experiment).record["pretrain"]["supervised_encoder"]
     assert stored["config"] == "train"
 
 
@@ -430,7 +433,7 @@ def test_validation_rows_hold_the_last_validation_dice(tmp_path, monkeypatch):
     )
     logged, silent = plan_cells(experiment)[1]
     experiment.folder.mkdir(parents=True)
-    experiment.split_file("demo").write_text(json.dumps({"val": [{"image": "a"}, {"image": "b"}, {"image": "c"}]}))
+    (experiment.folder / "split.json").write_text(json.dumps({"val": [{"image": "a"}, {"image": "b"}, {"image": "c"}]}))
     for cell, dice in ((logged, 0.61), (silent, 0.52)):
         cell.dice_file("test").parent.mkdir(parents=True)
         cell.dice_file("test").write_text(json.dumps({"dice": dice, "dice_per_class": {"rv": dice}, "num_volumes": 4}))
@@ -439,7 +442,7 @@ def test_validation_rows_hold_the_last_validation_dice(tmp_path, monkeypatch):
         for epoch, value in ((1, 0.2), (2, 0.5), (3, 0.4)):
             writer.add_scalar("val_mean_dice", value, epoch)
     monkeypatch.setattr(results, "labelled_patients", lambda cell: "p")
-    rows = results.collect_rows(experiment, [logged, silent])
+    rows = results.collect_rows([logged, silent])
     assert [(r["draw"], r["test_set"]) for r in rows] == [(0, "test"), (0, "val"), (1, "test")]
     val = rows[1]
     assert val["dice"] == pytest.approx(0.4) and val["num_test_volumes"] == 3 and val["status"] == "ok"
@@ -539,7 +542,7 @@ def test_collapse_is_reported_and_never_fine_tuned(tmp_path, monkeypatch):
     assert cells.run_pretrain(pretrain[0]) == "collapsed"
     assert cells.pretrain_done(pretrain[0])  # a collapse is final: a rerun does not retry it
     monkeypatch.setattr(results, "labelled_patients", lambda cell: "")
-    rows = results.collect_rows(experiment, finetune)
+    rows = results.collect_rows(finetune)
     assert [(r["method"], r["status"], math.isnan(r["dice"])) for r in rows] == [("simclr", "collapsed", True)]
     assert "std/img = 0" in rows[0]["message"]
 
@@ -568,7 +571,7 @@ def test_interrupted_finetuning_is_retrained_not_evaluated(tmp_path, monkeypatch
 def test_rerun_with_other_settings_is_refused(tmp_path):
     experiment = Experiment("x", "demo", PRESETS["cpu-mini"], results_dir=tmp_path)
     (tmp_path / "x").mkdir()
-    plan.write_plan(experiment, *plan_cells(experiment))
+    _write_plan(experiment)
     plan.check_plan(Experiment("x", "demo", PRESETS["cpu-ablation"], results_dir=tmp_path))  # more methods: fine
     with pytest.raises(ValueError, match="pretrain"):
         changed = PRESETS["cpu-mini"].replace(pretrain={"epochs": 3})
@@ -589,7 +592,7 @@ def test_rerun_with_other_settings_is_refused(tmp_path):
 def test_run_settings_are_the_bundles_literals_under_the_overrides(tmp_path):
     from gcl_monai.benchmark.settings import run_settings
 
-    bundle = Experiment("s", "demo", PRESETS["cpu-mini"], results_dir=tmp_path).bundle("demo")
+    bundle = Experiment("s", "demo", PRESETS["cpu-mini"], results_dir=tmp_path).bundle_dir / "gcl_demo"
     train = json.loads((bundle / "configs" / "train.json").read_text())
     settings = run_settings(
         bundle,
@@ -632,13 +635,13 @@ def test_cells_run_with_other_settings_are_refused_not_taken_as_done(tmp_path):
     _finished_cell(earlier_default, 0.5, {**cell_settings(earlier_default), "shrink_perturb": [0.5, 1.0]})
     _finished_cell(unrecorded, 0.5)  # trained before settings were recorded
     with pytest.raises(ValueError, match=r"random_L1_d1_s1 .*shrink_perturb was \[0.5, 1.0\], now False"):
-        plan.check_cell_settings([pretrain, *finetune])
+        cells.check_cell_settings([pretrain, *finetune])
     shutil.rmtree(earlier_default.folder)  # what the message asks for: the cell is then trained again
-    assert plan.check_cell_settings([pretrain, *finetune]) == 1  # the unrecorded cell, logged and not checked
+    assert cells.check_cell_settings([pretrain, *finetune]) == 1  # the unrecorded cell, logged and not checked
 
     # a fine-tuning that did not finish training is trained again whatever it recorded
     cells.write_status(simclr_cells[0].folder, {"status": "failed", "settings": {"lr": 1.0}})
-    assert plan.check_cell_settings(finetune) == 1
+    assert cells.check_cell_settings(finetune) == 1
     # one that loaded an encoder pre-trained with other settings than today's pre-training is stale too
     _finished_cell(simclr_cells[1], 0.5, cell_settings(simclr_cells[1]))
     stale_encoder = {**cell_settings(pretrain), "temperature": 0.5}
@@ -646,12 +649,12 @@ def test_cells_run_with_other_settings_are_refused_not_taken_as_done(tmp_path):
         simclr_cells[1].folder, {**cells.read_status(simclr_cells[1].folder), "pretrain_settings": stale_encoder}
     )
     with pytest.raises(ValueError, match=r"simclr_L1_d1_s1 .*its pre-training's temperature was 0.5, now 0.1"):
-        plan.check_cell_settings(finetune)
+        cells.check_cell_settings(finetune)
     shutil.rmtree(simclr_cells[1].folder)
     # a pre-training is resumed from its checkpoints: its record is checked as soon as it has a status
     cells.write_status(pretrain.folder, {"status": "interrupted", "settings": {**cell_settings(pretrain), "lr": 1.0}})
     with pytest.raises(ValueError, match=r"pretrain simclr .*lr was 1.0, now 0.0001"):
-        plan.check_cell_settings([pretrain])
+        cells.check_cell_settings([pretrain])
 
 
 def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_path):
@@ -710,9 +713,9 @@ def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_pa
     _finished_cell(older, 0.5, before)
     _finished_cell(other_pool, 0.5, {**ours, "labeled_pool": "train+pretrain"})
     with pytest.raises(ValueError, match=r"random_L1_d1_s1 .*labeled_pool was 'train\+pretrain', now 'train'"):
-        plan.check_cell_settings([older, other_pool])
+        cells.check_cell_settings([older, other_pool])
     shutil.rmtree(other_pool.folder)
-    assert plan.check_cell_settings([older, other_pool]) == 0
+    assert cells.check_cell_settings([older, other_pool]) == 0
     # a record without the switch is reported at its old value, not as absent
     moved = dataclasses.replace(older, train_overrides={**older.train_overrides, "labeled_pool": "train+pretrain"})
     assert recorded_changes({SETTINGS_KEY: before}, moved) == {
@@ -808,9 +811,9 @@ def _finished_pretraining(tmp_path, name, preset, split):
         name, "demo", preset.replace(methods=("simclr",), num_labeled=(1,), repeats=1), results_dir=tmp_path
     )
     experiment.folder.mkdir(parents=True)
-    (pretrain,), finetune = plan_cells(experiment)
-    plan.write_plan(experiment, [pretrain], finetune)
-    experiment.split_file("demo").write_text(json.dumps(split))
+    (pretrain,), _ = plan_cells(experiment)
+    _write_plan(experiment)
+    (experiment.folder / "split.json").write_text(json.dumps(split))
     pretrain.folder.mkdir(parents=True)
     (pretrain.folder / "encoder.pt").write_bytes(b"weights of " + name.encode())
     cells.write_status(
@@ -828,7 +831,7 @@ def test_pretrain_from_takes_only_the_same_run(tmp_path):
     }
     moved = {k: [{**e, "image": "../elsewhere/" + e["image"].split("/")[-1]} for e in v] for k, v in split.items()}
     source, _ = _finished_pretraining(tmp_path, "src", PRESETS["cpu-mini"], split)
-    assert same_split(source.split_file("demo"), source.split_file("demo"))
+    assert same_split(source.folder / "split.json", source.folder / "split.json")
 
     target, cell = _finished_pretraining(tmp_path, "dst", PRESETS["cpu-mini"], moved)  # same patients, other paths
     shutil.rmtree(cell.folder)
@@ -850,7 +853,7 @@ def test_pretrain_from_takes_only_the_same_run(tmp_path):
     assert find_reusable(reshuffled, source.folder) == (None, f"{source.folder} split the patients differently")
     on_device, _ = _finished_pretraining(tmp_path, "on_device", PRESETS["cpu-mini"].replace(device="cpu"), split)
     assert find_reusable(cell, on_device.folder)[0] is not None  # the device changes only the rounding
-    on_device.split_file("demo").unlink()
+    (on_device.folder / "split.json").unlink()
     assert find_reusable(cell, on_device.folder) == (None, f"{on_device.folder} holds no split.json")
     cells.write_status(source.folder / "pretrain" / "simclr", {"status": "interrupted", "epochs": 20})
     assert "not finished" in find_reusable(cell, source.folder)[1]
@@ -896,8 +899,8 @@ def _experiment_with_cells(tmp_path, name, split, preset=None, encoder=b"weights
     experiment = Experiment(name, "demo", preset, results_dir=tmp_path)
     experiment.folder.mkdir(parents=True)
     (pretrain,), finetune = plan_cells(experiment)
-    plan.write_plan(experiment, [pretrain], finetune)
-    experiment.split_file("demo").write_text(json.dumps(split))
+    _write_plan(experiment)
+    (experiment.folder / "split.json").write_text(json.dumps(split))
     pretrain.folder.mkdir(parents=True)
     (pretrain.folder / "encoder.pt").write_bytes(encoder)
     cells.write_status(pretrain.folder, {"status": "finished"})
@@ -928,7 +931,7 @@ def test_finetune_from_takes_only_the_same_run(tmp_path):
 
     cell = ours["simclr_L1_d0_s0"]
     assert import_finetuning(cell, [source.folder]) == theirs["simclr_L1_d0_s0"].folder
-    assert cell.finished() and (cell.folder / "models" / "model.pt").read_bytes() == b"fine-tuned"
+    assert cells.finetune_done(cell) and (cell.folder / "models" / "model.pt").read_bytes() == b"fine-tuned"
     status = cells.read_status(cell.folder)
     assert status["reused_from"] == str(theirs["simclr_L1_d0_s0"].folder) and status["settings"]["draw"] == 0
     assert "reused_from" not in cells.read_status(theirs["simclr_L1_d0_s0"].folder)  # the source is unchanged
@@ -1024,7 +1027,7 @@ def test_run_takes_finished_cells_and_only_evaluates_what_is_missing(tmp_path, m
     preset = PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=2)
     target = Experiment("dst", "demo", preset, results_dir=tmp_path)
     target.folder.mkdir()
-    target.split_file("demo").write_text(json.dumps(split))
+    (target.folder / "split.json").write_text(json.dumps(split))
     csv_path = runner.run_experiment(target, finetune_from=[source.folder])
     assert ran == ["random_L1_d1_s1"]  # the taken cell without a test Dice is evaluated (run), d0 is not run
     assert [r["dice"] for r in read_results(csv_path) if r["test_set"] == "test"] == [pytest.approx(0.3), 0.7]

@@ -18,6 +18,7 @@ from monai.transforms import (
 )
 from monai.utils import ensure_tuple, fall_back_tuple, get_equivalent_dtype, issequenceiterable
 
+from gcl_monai.transforms.device_generators import DeviceGenerators
 from gcl_monai.transforms.views import RandRelativeGaussianNoised
 
 __all__ = ["BatchSliceAugmentation"]
@@ -379,15 +380,8 @@ class BatchSliceAugmentation(torch.nn.Module):
     def set_random_state(self, seed: int | None = None) -> BatchSliceAugmentation:
         """Draw from a generator seeded with ``seed`` (one per device), or from torch's default one (None)."""
         self.seed = seed
-        self._generators: dict[torch.device, torch.Generator] = {}
+        self._generator = DeviceGenerators(seed)
         return self
-
-    def _generator(self, device: torch.device) -> torch.Generator | None:
-        if self.seed is None:
-            return None
-        if device not in self._generators:
-            self._generators[device] = torch.Generator(device=device).manual_seed(self.seed)
-        return self._generators[device]
 
     def randomize(self, batch: Mapping[Hashable, torch.Tensor]) -> list[Params]:
         """

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from monai.utils import ensure_tuple_rep
 
+from gcl_monai.transforms.device_generators import DeviceGenerators
 from gcl_monai.transforms.view_strengths import ViewStrengths
 
 __all__ = ["BatchContrastiveViews"]
@@ -107,15 +108,8 @@ class BatchContrastiveViews(torch.nn.Module):
             this transform.
         """
         self.seed = seed
-        self._generators: dict[torch.device, torch.Generator] = {}
+        self._generator = DeviceGenerators(seed)
         return self
-
-    def _generator(self, device: torch.device) -> torch.Generator | None:
-        if self.seed is None:
-            return None
-        if device not in self._generators:
-            self._generators[device] = torch.Generator(device=device).manual_seed(self.seed)
-        return self._generators[device]
 
     def randomize(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
         """

@@ -414,8 +414,8 @@ def test_the_default_plan_takes_three_leases_and_the_papers_pretraining_fits_non
     first = dict(default[0].parts)
     # 18.3 iterations x (0.112 + 0.022) s x 1.05 = 2.58 s per epoch
     assert first["pre-training simclr and gcl, 80 epochs"] == pytest.approx(80 * 878 / 48 * 0.134 * 1.05)
-    # a cell: 300 epochs x 4 (L = 1) or 8 (L = 2) batches of (13.7 + 1.2) ms, and 15 s / 8 cells at once
-    l1, l2 = 300 * 4 * 0.0149 + 15 / 8, 300 * 8 * 0.0149 + 15 / 8
+    # a cell: 300 epochs x 4 (L = 1) or 8 (L = 2) batches of 14.3 ms (lease 1, 8 cells at once), and 15 s / 8
+    l1, l2 = 300 * 4 * 0.0143 + 15 / 8, 300 * 8 * 0.0143 + 15 / 8
     # what lease 1 measured on an H200: 9 random-init cells finished beside the pre-trainings
     assert first["9 random cells (6 at L = 1, 3 at L = 2)"] == pytest.approx(6 * l1 + 3 * l2)
     assert default[0].seconds == pytest.approx(110 + 67 + 86 + 80 * 878 / 48 * 0.134 * 1.05 + 6 * l1 + 3 * l2 + 60)

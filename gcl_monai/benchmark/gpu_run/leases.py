@@ -6,15 +6,14 @@ start-up included. docs/gpu_run.md, "Predicted time", derives every constant bel
 - measured in the first lease, on an H200 (2026-11-26, docs/results/gpu-default_acdc): the machine's start, the
   wheels, the data and the worker's start 110 s; the ``speed`` step 67 s; the ``diagnose`` step 86 s; the bare
   fine-tuning step (batch 5, paper width, slices on the device) 13.7 ms, 2.2 times the 6.2 ms predicted from FLOPs;
-
 - measured on an H100 at a0519ee (../shared/notes/gpu_paper_preset_acdc.md): a pre-training iteration of batch 48
   at the paper's width takes 0.022 s (SimCLR) and 0.112 s (full GCL);
 - a pre-training epoch is 18.3 iterations (878 slices of the 48 pre-training patients over batch 48), its views
   drawn on the GPU for 5% more;
-- a fine-tuning iteration's augmentation on the device (``data_on_device``) dispatches about 600 ATen operations
-  per batch (docs/results/finetune_data_cpu.json), taken as 2 us of GPU time each;
-- the fine-tuning cells share the GPU and run ``jobs`` at once; their host work (about 18 ms per iteration: the
-  augmentation's 9 ms measured here plus 1 114 operations of the step at 7.5 us) leaves the GPU the bottleneck;
+- the fine-tuning cells share the GPU's time: 8 cells at once, with no pre-training beside them, advanced by one
+  iteration per 14.3 ms in all (median of lease 1's 15-second windows, their slices augmented on the device:
+  ``python -m benchmarks.lease_rates``, docs/results/gpu-default_acdc/lease1_finetune_rates.csv), one process's
+  bare step plus 0.6 ms: running cells at once hides their data's time, not the step's;
 - a labelled ACDC patient gives about 20 slices (two frames), 4 batches of 5 per epoch;
 - each cell's fixed costs (start, volumes, 12 validations, the test Dice): 15 s, ``jobs`` at once.
 
@@ -44,9 +43,8 @@ CALLS_PER_LEASE = 2
 PRETRAIN_ITERATION_S = {"simclr": 0.022, "gcl": 0.112}
 PRETRAIN_ITERATIONS_PER_EPOCH = 878 / 48
 VIEWS_ON_DEVICE = 1.05
-#: GPU seconds per fine-tuning iteration: the bare step (measured, H200), the augmentation's ~600 operations at 2 us
-FINETUNE_STEP_S = 0.0137
-FINETUNE_AUGMENT_S = 600 * 2e-6
+#: GPU seconds per fine-tuning iteration, the cells at once sharing them (measured, H200: 8 cells, 14.3 ms in all)
+FINETUNE_ITERATION_S = 0.0143
 #: labelled slices per ACDC patient, and each fine-tuning cell's fixed seconds
 SLICES_PER_PATIENT = 20
 CELL_FIXED_S = 15.0
@@ -73,8 +71,7 @@ def _cell_seconds(budget: GpuRunBudget) -> dict[int, float]:
     """GPU seconds of one fine-tuning cell at each L (the GPU the bottleneck: ``jobs`` cells share it)."""
     epochs, per_batch = budget.finetune["epochs"], budget.finetune["batch_size"]
     return {
-        n: epochs * -(-SLICES_PER_PATIENT * n // per_batch) * (FINETUNE_STEP_S + FINETUNE_AUGMENT_S)
-        + CELL_FIXED_S / budget.jobs
+        n: epochs * -(-SLICES_PER_PATIENT * n // per_batch) * FINETUNE_ITERATION_S + CELL_FIXED_S / budget.jobs
         for n in budget.num_labeled
     }
 

@@ -318,7 +318,7 @@ def main_compare(argv: Sequence[str]) -> int:
 def main_protocol(argv: Sequence[str]) -> int:
     import dataclasses
 
-    from gcl_monai.benchmark.protocol import PROTOCOL_COMPARISONS, analyse, write_analysis
+    from gcl_monai.benchmark.protocol import PROTOCOL_COMPARISONS, Design, analyse, write_analysis
 
     parser = argparse.ArgumentParser(
         prog=f"{PROG} protocol",
@@ -338,7 +338,11 @@ def main_protocol(argv: Sequence[str]) -> int:
     if not results_csv.exists():
         parser.error(f"{results_csv} does not exist: run the experiment first.")
     comparisons = [dataclasses.replace(c, test_set=args.test_set) for c in PROTOCOL_COMPARISONS]
-    _, md = write_analysis(analyse(read_results(results_csv), comparisons), results_csv.parent, args.test_set)
+    # the size each comparison must reach: the experiment's own pre-training seeds x labelled draws
+    preset = json.loads((results_csv.parent / "plan.json").read_text())["preset"]
+    design = Design(seeds=len(preset["pretrain_seeds"]), draws=preset["repeats"])
+    results = analyse(read_results(results_csv), comparisons, design)
+    _, md = write_analysis(results, results_csv.parent, args.test_set)
     print(md.read_text())
     return 0
 

@@ -18,7 +18,15 @@ import numpy as np
 from gcl_monai.benchmark.intervals import SeedAwareDifference, holm, seed_aware_difference
 from gcl_monai.benchmark.report import finished_row, markdown_table
 
-__all__ = ["Comparison", "PROTOCOL_COMPARISONS", "analyse", "difference_table", "write_analysis"]
+__all__ = [
+    "PROTOCOL_COMPARISONS",
+    "PROTOCOL_DESIGN",
+    "Comparison",
+    "Design",
+    "analyse",
+    "difference_table",
+    "write_analysis",
+]
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,26 @@ PROTOCOL_COMPARISONS = (
     Comparison("supervised_encoder", "random", 1),
     Comparison("simclr", "random", 1),
 )
+
+
+@dataclass(frozen=True)
+class Design:
+    """The registered size of every comparison: pre-training seeds x labelled draws."""
+
+    seeds: int
+    draws: int
+
+    def describe(self, difference: SeedAwareDifference | None) -> str:
+        """What a comparison's table lacks of this size ("" when it is complete)."""
+        if difference is None:
+            return "no pairs"
+        if (difference.seeds, difference.draws) == (self.seeds, self.draws):
+            return ""
+        return f"incomplete: S = {difference.seeds} of {self.seeds}, D = {difference.draws} of {self.draws}"
+
+
+#: docs/protocol.md: 3 pre-training seeds x 8 labelled draws
+PROTOCOL_DESIGN = Design(seeds=3, draws=8)
 
 
 def _values(rows: Sequence[Mapping[str, Any]], c: Comparison, method: str) -> dict[tuple[int | None, int], float]:
@@ -75,23 +103,32 @@ def difference_table(rows: Sequence[Mapping[str, Any]], c: Comparison) -> np.nda
     return table[:, np.isfinite(table).all(0)]  # draws complete for every seed
 
 
-def analyse(rows: Sequence[Mapping[str, Any]], comparisons: Sequence[Comparison] = PROTOCOL_COMPARISONS) -> list[dict]:
-    """One dict per comparison: the seed-aware difference, Holm-adjusted p within its family, ``resolved``."""
+def analyse(
+    rows: Sequence[Mapping[str, Any]],
+    comparisons: Sequence[Comparison] = PROTOCOL_COMPARISONS,
+    design: Design = PROTOCOL_DESIGN,
+) -> list[dict]:
+    """
+    One dict per comparison: the seed-aware difference, ``missing`` (what its table lacks of ``design``; "" when
+    complete), the Holm-adjusted p within its family and ``resolved``.
+
+    Holm's correction runs over every comparison registered in the family, an incomplete one counted with p = 1: it
+    cannot be rejected, and the family keeps its registered size (a family analysed before all its runs are done
+    is never corrected over fewer comparisons than registered). Only a complete comparison can be resolved.
+    """
     results = []
     for c in comparisons:
         table = difference_table(rows, c)
         diff = seed_aware_difference(table) if table.shape[1] >= 2 else None
-        results.append({"comparison": c, "difference": diff})
-    for family in {c.family for c in comparisons}:
-        members = [
-            r
-            for r in results
-            if r["comparison"].family == family and r["difference"] is not None and math.isfinite(r["difference"].p)
+        results.append({"comparison": c, "difference": diff, "missing": design.describe(diff)})
+    for family in dict.fromkeys(c.family for c in comparisons):
+        members = [r for r in results if r["comparison"].family == family]
+        p_values = [
+            r["difference"].p if not r["missing"] and math.isfinite(r["difference"].p) else 1.0 for r in members
         ]
-        if members:
-            reject, adjusted = holm([r["difference"].p for r in members])
-            for r, rej, adj in zip(members, reject, adjusted):
-                r.update(p_holm=adj, resolved=rej)
+        reject, adjusted = holm(p_values)
+        for r, rej, adj in zip(members, reject, adjusted):
+            r.update(p_holm=adj, resolved=rej and not r["missing"])
     return results
 
 
@@ -99,9 +136,10 @@ def _row(result: Mapping[str, Any]) -> dict[str, Any]:
     c: Comparison = result["comparison"]
     d: SeedAwareDifference | None = result["difference"]
     base = {**asdict(c)}
+    verdict = {"p_holm": result["p_holm"], "resolved": result["resolved"], "missing": result["missing"]}
     if d is None:
-        return {**base, "mean": "", "low": "", "high": "", "p": "", "p_holm": "", "resolved": ""}
-    return {**base, **asdict(d), "p_holm": result.get("p_holm", ""), "resolved": result.get("resolved", "")}
+        return {**base, "mean": "", "low": "", "high": "", "p": "", **verdict}
+    return {**base, **asdict(d), **verdict}
 
 
 def write_analysis(results: Sequence[Mapping[str, Any]], folder: Path, test_set: str = "test") -> tuple[Path, Path]:
@@ -116,8 +154,8 @@ def write_analysis(results: Sequence[Mapping[str, Any]], folder: Path, test_set:
     body = []
     for r in results:
         c, d = r["comparison"], r["difference"]
-        verdict = "–" if d is None else ("**resolved**" if r.get("resolved") else "not resolved")
-        holm_p = f"{r['p_holm']:.3g}" if "p_holm" in r else "–"
+        verdict = r["missing"] or ("**resolved**" if r["resolved"] else "not resolved")
+        holm_p = f"{r['p_holm']:.3g}"
         body.append(
             [c.family, f"{c.method} − {c.baseline}", str(c.num_labeled), str(d) if d else "no pairs", holm_p, verdict]
         )
@@ -125,7 +163,8 @@ def write_analysis(results: Sequence[Mapping[str, Any]], folder: Path, test_set:
         f"# Pre-registered analysis (docs/protocol.md), `{test_set}` rows",
         "",
         "Seed-aware 95 % intervals (two-way ANOVA over pre-training seeds x labelled draws, Satterthwaite df); "
-        "Holm within each family.",
+        "Holm within each family, over every comparison registered in it (one not complete counts with p = 1 and "
+        "is not resolved).",
         "",
     ]
     lines += markdown_table(["family", "comparison", "L", "difference", "Holm p", "verdict"], body)

@@ -9,7 +9,7 @@ import pytest
 from gcl_monai.benchmark.experiment import Experiment
 from gcl_monai.benchmark.plan import plan_cells
 from gcl_monai.benchmark.presets import get_preset
-from gcl_monai.benchmark.protocol import Comparison, analyse, difference_table, write_analysis
+from gcl_monai.benchmark.protocol import Comparison, Design, analyse, difference_table, write_analysis
 
 
 def _row(method, draw, dice, pretrain_seed="", num_labeled=2, status="ok"):
@@ -63,6 +63,49 @@ def test_analysis_holm_corrects_within_each_family(tmp_path):
     assert "**resolved**" in md_path.read_text() and csv_path.read_text().count("\n") == 4
 
 
+def _fix_p_values(p_of, monkeypatch):
+    """Fixes each comparison's p-value (its method names it) so that Holm's arithmetic can be checked by hand."""
+    import gcl_monai.benchmark.protocol as protocol
+
+    real = protocol.seed_aware_difference
+
+    def fixed(table):
+        d = real(table)
+        return type(d)(**{**d.__dict__, "p": p_of[round(float(np.mean(table)), 6)]})
+
+    monkeypatch.setattr(protocol, "seed_aware_difference", fixed)
+
+
+def test_holm_counts_every_registered_comparison_of_a_family(monkeypatch):
+    """Family of three, p = 0.01 and 0.04 measured, the third not run: Holm over m = 3 gives 0.03 and 0.08 (over
+    the two measured alone it would give 0.02 and 0.04, both resolved)."""
+    rows = [_row("random", d, 0.5) for d in range(4)]
+    rows += [_row("gcl", d, 0.6 + 0.01 * (d % 2), pretrain_seed=s) for s in (0, 1) for d in range(4)]
+    rows += [_row("simclr", d, 0.7 + 0.01 * (d % 2), pretrain_seed=s) for s in (0, 1) for d in range(4)]
+    _fix_p_values({0.105: 0.01, 0.205: 0.04}, monkeypatch)
+    comparisons = [
+        Comparison("gcl", "random", 2),
+        Comparison("simclr", "random", 2),
+        Comparison("gcl", "random", 1),  # no L = 1 rows
+    ]
+    results = analyse(rows, comparisons, Design(seeds=2, draws=4))
+    assert [r["p_holm"] for r in results] == pytest.approx([0.03, 0.08, 1.0])
+    assert [r["resolved"] for r in results] == [True, False, False]
+    assert results[2]["missing"] == "no pairs" and results[0]["missing"] == ""
+
+
+def test_an_incomplete_comparison_is_never_resolved(tmp_path):
+    """A clear difference over 2 of 3 seeds and 8 draws: its interval is reported, marked incomplete, not resolved."""
+    rows = [_row("random", d, 0.5 + 0.01 * d) for d in range(8)]
+    rows += [_row("gcl", d, 0.7 + 0.01 * d + 0.001 * s * d, pretrain_seed=s) for s in (0, 1) for d in range(8)]
+    (result,) = analyse(rows, [Comparison("gcl", "random", 2, "primary")], Design(seeds=3, draws=8))
+    assert result["difference"].low > 0.15 and result["difference"].p < 0.01  # complete, it would be resolved
+    assert result["p_holm"] == 1.0
+    assert result["missing"] == "incomplete: S = 2 of 3, D = 8 of 8" and result["resolved"] is False
+    _, md = write_analysis([result], tmp_path)
+    assert "incomplete: S = 2 of 3" in md.read_text() and "**resolved**" not in md.read_text()
+
+
 def test_pretrain_seeds_plan_one_pretraining_and_one_cell_per_seed(tmp_path):
     preset = get_preset("cpu-protocol").replace(num_labeled=(2,), repeats=2)
     experiment = Experiment("p", "demo", preset, results_dir=tmp_path)
@@ -113,3 +156,38 @@ def test_the_probe_settings_are_not_settings_of_the_training():
     probed = run_settings(bundle, "pretrain", {"epochs": 3, "probe_interval": 1, "probe_keep_best": True})
     assert plain == probed and not any(k.startswith("probe_") for k in plain)
     assert run_settings(bundle, "pretrain", {"epochs": 4}) != plain
+
+
+def test_the_protocol_command_reads_the_design_from_the_experiments_plan(tmp_path, capsys):
+    """An experiment of 2 pre-training seeds x 3 draws at L = 2 only: its L = 2 comparisons are complete, the L = 1
+    ones have no pairs, and the files are written beside results.csv."""
+    import csv
+    import json
+
+    from gcl_monai.benchmark.__main__ import main
+
+    folder = tmp_path / "e"
+    folder.mkdir()
+    (folder / "plan.json").write_text(json.dumps({"preset": {"pretrain_seeds": [0, 1], "repeats": 3}}))
+    rows = [_row("random", d, 0.5 + 0.01 * d) for d in range(3)]
+    rows += [
+        _row(m, d, 0.6 + 0.01 * d + 0.01 * s, pretrain_seed=s)
+        for m in ("gcl", "simclr")
+        for s in (0, 1)
+        for d in range(3)
+    ]
+    rows = [{**r, "repeat": r["draw"]} for r in rows]
+    with open(folder / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert main(["protocol", "--name", "e", "--results-dir", str(tmp_path)]) == 0
+    analysis = {
+        (r["method"], r["baseline"], r["num_labeled"]): r
+        for r in csv.DictReader(open(folder / "protocol_analysis.csv"))
+    }
+    assert (
+        analysis[("gcl", "random", "2")]["missing"] == "" and analysis[("gcl", "random", "1")]["missing"] == "no pairs"
+    )
+    assert analysis[("supervised_encoder", "random", "2")]["missing"] == "no pairs"
+    assert "no pairs" in capsys.readouterr().out

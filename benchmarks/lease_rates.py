@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-import tarfile
 import tempfile
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+
+from gcl_monai.benchmark.gpu_run.pack import ARCHIVE, extract
 
 __all__ = ["aggregate", "cell_rates", "iteration_times", "main"]
 
@@ -66,15 +67,10 @@ def aggregate(series: Iterable[Sequence[tuple[int, float]]], window: float) -> d
 
 
 def _work_folder(source: Path, tmp: Path) -> Path:
-    parts = sorted(source.glob("run.tgz.*"))
-    if not parts:
+    """``source`` itself, or (a folder of returned ``run.tgz.*`` parts) those parts extracted into ``tmp``."""
+    if not any(source.glob(f"{ARCHIVE}.*")):
         return source
-    joined = tmp / "run.tgz"
-    with open(joined, "wb") as out:
-        for part in parts:
-            out.write(part.read_bytes())
-    with tarfile.open(joined) as archive:
-        archive.extractall(tmp / "work", filter="data")
+    extract(source, tmp / "work")
     return tmp / "work"
 
 

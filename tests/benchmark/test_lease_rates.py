@@ -51,3 +51,16 @@ def test_main_reads_a_work_folder(tmp_path, capsys):
     assert cells == pytest.approx({"gcl_L1_d0_s0": 0.04, "random_L1_d0_s0": 0.04})
     assert "windows without pre-training: median" in capsys.readouterr().out
     assert iteration_times(tmp_path / "absent") == []
+    # the same folder as a lease returns it: one gzip-compressed tar cut into parts, read without unpacking by hand
+    import tarfile
+
+    returned = tmp_path / "returned"
+    returned.mkdir()
+    with tarfile.open(returned / "run.tgz", "w:gz") as tar:
+        tar.add(tmp_path / "results", arcname="results")
+    data = (returned / "run.tgz").read_bytes()
+    (returned / "run.tgz").unlink()
+    (returned / "run.tgz.00").write_bytes(data[: len(data) // 2])
+    (returned / "run.tgz.01").write_bytes(data[len(data) // 2 :])
+    assert main([str(returned), "--out", str(tmp_path / "again.csv")]) == 0
+    assert (tmp_path / "again.csv").read_text() == out.read_text()

@@ -39,7 +39,7 @@ from gcl_monai.benchmark.gpu_run.state import LOCK_FILE, STATE_FILE
 from gcl_monai.benchmark.gpu_run.terms import TERMS, LendingTerms
 from gcl_monai.handlers import latest_checkpoint
 
-__all__ = ["ARCHIVE", "BF16_SUFFIX", "COLLECTED", "REPORT", "collect", "pack", "repack", "unpack"]
+__all__ = ["ARCHIVE", "BF16_SUFFIX", "COLLECTED", "REPORT", "collect", "extract", "pack", "repack", "unpack"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
@@ -187,6 +187,26 @@ def _split(archive: Path, out: Path, part_bytes: int) -> list[Path]:
     return parts
 
 
+def extract(returned: Path, work: Path) -> None:
+    """
+    The archive's parts in ``returned`` joined and extracted into ``work``, as they were packed (nothing converted
+    or set aside: :py:func:`unpack` does that to resume a run).
+
+    Raises:
+        FileNotFoundError: ``returned`` holds no ``run.tgz.*`` parts.
+    """
+    parts = sorted(Path(returned).glob(f"{ARCHIVE}.*"))
+    if not parts:
+        raise FileNotFoundError(f"{returned} holds no {ARCHIVE}.* parts of an earlier gpu-run.")
+    Path(work).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        joined = Path(tmp) / ARCHIVE
+        with open(joined, "wb") as sink:
+            sink.writelines(part.read_bytes() for part in parts)
+        with tarfile.open(joined, "r:gz") as tar:
+            tar.extractall(work, filter="data")
+
+
 def unpack(returned: Path, work: Path) -> dict:
     """
     Restores a work folder from the files a ``gpu-run`` command brought back (``returned``): the archive's parts
@@ -203,18 +223,9 @@ def unpack(returned: Path, work: Path) -> dict:
         ValueError: ``work`` already holds a run.
     """
     returned, work = Path(returned), Path(work)
-    parts = sorted(returned.glob(f"{ARCHIVE}.*"))
-    if not parts:
-        raise FileNotFoundError(f"{returned} holds no {ARCHIVE}.* parts of an earlier gpu-run.")
     if (work / STATE_FILE).exists():
         raise ValueError(f"{work} already holds a run ({STATE_FILE}); unpack into an empty work folder.")
-    work.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        joined = Path(tmp) / ARCHIVE
-        with open(joined, "wb") as sink:
-            sink.writelines(part.read_bytes() for part in parts)
-        with tarfile.open(joined, "r:gz") as tar:
-            tar.extractall(work, filter="data")
+    extract(returned, work)
     for half in work.rglob(f"*{BF16_SUFFIX}"):
         full = half.with_name(half.name[: -len(BF16_SUFFIX)])
         torch.save(

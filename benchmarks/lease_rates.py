@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import statistics
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -24,8 +25,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from gcl_monai.benchmark.gpu_run.pack import ARCHIVE, extract
+from gcl_monai.benchmark.report import scalar_events
 
-__all__ = ["aggregate", "cell_rates", "iteration_times", "main"]
+__all__ = ["aggregate", "cell_rate", "iteration_times", "main"]
 
 #: the fine-tuning bundles' TensorBoard tag of the training loss (train.json, ``TensorBoardStatsHandler``)
 FINETUNE_TAG = "train_loss"
@@ -33,20 +35,14 @@ FINETUNE_TAG = "train_loss"
 
 def iteration_times(tb_dir: Path, tag_filter: str = "loss") -> list[tuple[int, float]]:
     """(step, wall time) of every scalar whose tag contains ``tag_filter``, one per step (the last written)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    if not Path(tb_dir).is_dir():
-        return []
-    accumulator = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0})
-    accumulator.Reload()
     by_step: dict[int, float] = {}
-    for tag in accumulator.Tags()["scalars"]:
+    for tag, events in scalar_events(tb_dir).items():
         if tag_filter in tag:
-            by_step.update({e.step: e.wall_time for e in accumulator.Scalars(tag)})
+            by_step.update({e.step: e.wall_time for e in events})
     return sorted(by_step.items())
 
 
-def cell_rates(points: Sequence[tuple[int, float]]) -> float | None:
+def cell_rate(points: Sequence[tuple[int, float]]) -> float | None:
     """Seconds per iteration between a cell's first and last logged step (None with fewer than two)."""
     if len(points) < 2 or points[-1][0] == points[0][0]:
         return None
@@ -113,15 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ["window", "", _clock(start), _clock(start + args.window), count, seconds, pretrain.get(start, 0)]
             )
         for name, points in cells.items():
-            rate = cell_rates(points)
+            rate = cell_rate(points)
             if rate is not None:
                 span = points[-1][0] - points[0][0]
                 writer.writerow(["cell", name, _clock(points[0][1]), _clock(points[-1][1]), span, rate, ""])
     quiet = [args.window / n for start, n in finetune.items() if n and not pretrain.get(start)]
     print(f"{args.out}: {len(finetune)} windows, {len(cells)} cells")
     if quiet:
-        quiet.sort()
-        print(f"windows without pre-training: median {1000 * quiet[len(quiet) // 2]:.1f} ms per iteration, all cells")
+        print(f"windows without pre-training: median {1000 * statistics.median(quiet):.1f} ms per iteration, all cells")
     return 0
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "read_results",
     "read_pretrain_scalars",
     "read_scalars",
+    "scalar_events",
     "write_report",
 ]
 
@@ -330,10 +331,10 @@ def _class_mean(rows: Sequence[Mapping[str, Any]], name: str) -> str:
     return f"{np.mean(values):.3f}" if values else "–"
 
 
-def read_scalars(tb_dir: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def scalar_events(tb_dir: str | Path) -> dict[str, list[Any]]:
     """
-    The scalars of the TensorBoard event files in ``tb_dir``: ``tag -> (steps, values)`` sorted by step, one value
-    per step (the last written, so a resumed run's repeated steps count once); empty when there are none.
+    The scalar events of the TensorBoard event files in ``tb_dir`` (step, wall time, value): ``tag -> events`` sorted
+    by step, one per step (the last written, so a resumed run's repeated steps count once); empty when there are none.
     """
     if not Path(tb_dir).is_dir():
         return {}
@@ -343,10 +344,17 @@ def read_scalars(tb_dir: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]
     accumulator.Reload()
     out = {}
     for tag in accumulator.Tags()["scalars"]:
-        by_step = {e.step: e.value for e in accumulator.Scalars(tag)}
-        steps = np.array(sorted(by_step))
-        out[tag] = (steps, np.array([by_step[s] for s in steps], dtype=float))
+        by_step = {e.step: e for e in accumulator.Scalars(tag)}
+        out[tag] = [by_step[step] for step in sorted(by_step)]
     return out
+
+
+def read_scalars(tb_dir: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The scalars of :py:func:`scalar_events`: ``tag -> (steps, values)`` sorted by step."""
+    return {
+        tag: (np.array([e.step for e in events]), np.array([e.value for e in events], dtype=float))
+        for tag, events in scalar_events(tb_dir).items()
+    }
 
 
 def _colours(methods: Sequence[str]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ import csv
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from benchmarks.lease_rates import aggregate, cell_rates, iteration_times, main
+from benchmarks.lease_rates import aggregate, cell_rate, iteration_times, main
 
 T0 = 1_800_000_000.0  # a wall time on a 15-second boundary (1.8e9 = 15 x 1.2e8)
 
@@ -21,12 +21,12 @@ def test_two_cells_at_once_add_their_iterations_per_window():
     # cell a: 25 iterations every 2.5 s (0.1 s each); cell b: 25 every 5 s (0.2 s each)
     a = [(25 * i, T0 + 2.5 * i) for i in range(1, 13)]
     b = [(25 * i, T0 + 5.0 * i) for i in range(1, 7)]
-    assert cell_rates(a) == pytest.approx(0.1) and cell_rates(b) == pytest.approx(0.2)
+    assert cell_rate(a) == pytest.approx(0.1) and cell_rate(b) == pytest.approx(0.2)
     counts = aggregate([a, b], window=15.0)
     # window [T0, T0 + 15): a's intervals ending at 5, 7.5, 10, 12.5 (4 x 25); b's ending at 10 (1 x 25)
     # [T0 + 15, T0 + 30): a's ending at 15 .. 27.5 (6 x 25), b's at 15, 20, 25 (3 x 25); then both at T0 + 30
     assert counts == {T0: 125, T0 + 15: 225, T0 + 30: 50}
-    assert cell_rates([(25, T0)]) is None
+    assert cell_rate([(25, T0)]) is None
 
 
 def test_main_reads_a_work_folder(tmp_path, capsys):

@@ -318,7 +318,7 @@ def main_compare(argv: Sequence[str]) -> int:
 def main_protocol(argv: Sequence[str]) -> int:
     import dataclasses
 
-    from gcl_monai.benchmark.protocol import PROTOCOL_COMPARISONS, Design, analyse, write_analysis
+    from gcl_monai.benchmark.protocol import PROTOCOL_COMPARISONS, SCOPES, Design, analyse, write_analysis
 
     parser = argparse.ArgumentParser(
         prog=f"{PROG} protocol",
@@ -333,6 +333,13 @@ def main_protocol(argv: Sequence[str]) -> int:
         help=f"the rows analysed (test; {VALIDATION_SET}: the "
         "validation patients' last validation Dice, stage B of the protocol)",
     )
+    parser.add_argument(
+        "--scope",
+        choices=sorted(SCOPES),
+        default="method",
+        help="method: seed-aware intervals (the protocol's); encoder: an experiment of one pre-training seed per "
+        "method, intervals over the draws of its encoders (-> encoder_analysis.csv)",
+    )
     args = parser.parse_args(argv)
     results_csv = args.results_dir / args.name / "results.csv"
     if not results_csv.exists():
@@ -341,8 +348,11 @@ def main_protocol(argv: Sequence[str]) -> int:
     # the size each comparison must reach: the experiment's own pre-training seeds x labelled draws
     preset = json.loads((results_csv.parent / "plan.json").read_text())["preset"]
     design = Design(seeds=len(preset["pretrain_seeds"]), draws=preset["repeats"])
-    results = analyse(read_results(results_csv), comparisons, design)
-    _, md = write_analysis(results, results_csv.parent, args.test_set)
+    try:
+        results = analyse(read_results(results_csv), comparisons, design, args.scope)
+    except ValueError as error:
+        parser.error(f"{results_csv.parent}: {error}")
+    _, md = write_analysis(results, results_csv.parent, args.test_set, args.scope)
     print(md.read_text())
     return 0
 

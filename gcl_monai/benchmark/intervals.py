@@ -9,7 +9,9 @@ paired differences :math:`\\Delta_{sd}` (method from seed s on draw d minus the 
 :math:`\\sigma_a^2 / S + \\sigma_b^2 / D + \\sigma_e^2 / (S D)`, estimated without bias from the two-way ANOVA mean
 squares as :math:`(MS_a + MS_b - MS_e) / (S D)`; the interval is a t-interval with Satterthwaite's degrees of
 freedom (Satterthwaite, Biometrics Bulletin 1946). With one seed the seed variance cannot be estimated and no
-interval is given: an interval over the draws alone describes one encoder, not the method.
+interval is given: an interval over the draws alone describes one encoder, not the method. That interval, the paired
+t-interval over the draws of one pre-trained encoder, is :py:func:`encoder_difference`: an experiment with one
+pre-training seed per method answers what these encoders give, not what the method gives.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-__all__ = ["SeedAwareDifference", "holm", "seed_aware_difference"]
+__all__ = ["SeedAwareDifference", "encoder_difference", "holm", "seed_aware_difference"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,27 @@ def seed_aware_difference(differences: Sequence[Sequence[float]], level: float =
         var_seed=max((ms_a - ms_e) / n, 0.0),
         var_draw=max((ms_b - ms_e) / s, 0.0),
         var_residual=ms_e,
+    )
+
+
+def encoder_difference(differences: Sequence[Sequence[float]], level: float = 0.95) -> SeedAwareDifference:
+    """
+    The paired t-interval over the draws of one pre-training seed's encoder (``differences``: 1 x D): the mean,
+    ``level`` interval (``scipy.stats.ttest_1samp``, D - 1 degrees of freedom) and two-sided p-value. The seed's
+    variance is not in it (``var_seed`` is NaN): it describes this encoder, not the method.
+
+    Raises:
+        ValueError: not one row of at least 2 finite differences.
+    """
+    d = np.asarray(differences, dtype=float)
+    if d.ndim != 2 or d.shape[0] != 1 or d.shape[1] < 2 or not np.isfinite(d).all():
+        raise ValueError(f"need one seed's row of at least 2 finite differences, got shape {d.shape}.")
+    test = stats.ttest_1samp(d[0], 0.0)
+    low, high = test.confidence_interval(level)
+    var = float(d[0].var(ddof=1))
+    p = float(test.pvalue) if var > 0 else (0.0 if d.mean() != 0 else 1.0)
+    return SeedAwareDifference(
+        float(d.mean()), float(low), float(high), float(test.df), p, 1, d.shape[1], math.nan, var, math.nan
     )
 
 

@@ -2,6 +2,11 @@
 The pre-registered analysis of docs/protocol.md: the primary endpoint and the secondary comparisons of an
 experiment's ``results.csv``, each a seed-aware interval (:py:mod:`gcl_monai.benchmark.intervals`), each family
 Holm-corrected; "resolved" only for what survives the correction.
+
+The ``encoder`` scope analyses an experiment with one pre-training seed per method (an exploratory run, such as a
+lent GPU's) in the same families: paired t-intervals over the draws of those encoders
+(:py:func:`~gcl_monai.benchmark.intervals.encoder_difference`). What it resolves is said of those encoders, not of
+the methods.
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from gcl_monai.benchmark.intervals import SeedAwareDifference, holm, seed_aware_difference
+from gcl_monai.benchmark.intervals import SeedAwareDifference, encoder_difference, holm, seed_aware_difference
 from gcl_monai.benchmark.report import finished_row, markdown_table
 
 __all__ = [
     "PROTOCOL_COMPARISONS",
     "PROTOCOL_DESIGN",
+    "SCOPES",
     "Comparison",
     "Design",
     "analyse",
@@ -73,6 +79,10 @@ class Design:
 PROTOCOL_DESIGN = Design(seeds=3, draws=8)
 
 
+#: what an analysis's intervals describe: the method over its pre-training seeds, or the encoders of one seed each
+SCOPES = {"method": seed_aware_difference, "encoder": encoder_difference}
+
+
 def _values(rows: Sequence[Mapping[str, Any]], c: Comparison, method: str) -> dict[tuple[int | None, int], float]:
     """``(pretrain seed or None, draw) -> Dice`` of the finished rows (one fine-tuning seed per draw)."""
     out = {}
@@ -107,19 +117,29 @@ def analyse(
     rows: Sequence[Mapping[str, Any]],
     comparisons: Sequence[Comparison] = PROTOCOL_COMPARISONS,
     design: Design = PROTOCOL_DESIGN,
+    scope: str = "method",
 ) -> list[dict]:
     """
-    One dict per comparison: the seed-aware difference, ``missing`` (what its table lacks of ``design``; "" when
+    One dict per comparison: the difference (``scope`` ``method``: seed-aware; ``encoder``: over the draws of one
+    seed's encoders, for a ``design`` of one seed), ``missing`` (what its table lacks of ``design``; "" when
     complete), the Holm-adjusted p within its family and ``resolved``.
 
     Holm's correction runs over every comparison registered in the family, an incomplete one counted with p = 1: it
     cannot be rejected, and the family keeps its registered size (a family analysed before all its runs are done
     is never corrected over fewer comparisons than registered). Only a complete comparison can be resolved.
+
+    Raises:
+        ValueError: an unknown ``scope``, or the ``encoder`` scope for a design of several seeds.
     """
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {sorted(SCOPES)}, got {scope!r}.")
+    if scope == "encoder" and design.seeds != 1:
+        raise ValueError(f"the encoder scope analyses one pre-training seed per method; the design has {design.seeds}.")
+    difference = SCOPES[scope]
     results = []
     for c in comparisons:
         table = difference_table(rows, c)
-        diff = seed_aware_difference(table) if table.shape[1] >= 2 else None
+        diff = difference(table) if table.shape[1] >= 2 else None
         results.append({"comparison": c, "difference": diff, "missing": design.describe(diff)})
     for family in dict.fromkeys(c.family for c in comparisons):
         members = [r for r in results if r["comparison"].family == family]
@@ -142,10 +162,29 @@ def _row(result: Mapping[str, Any]) -> dict[str, Any]:
     return {**base, **asdict(d), **verdict}
 
 
-def write_analysis(results: Sequence[Mapping[str, Any]], folder: Path, test_set: str = "test") -> tuple[Path, Path]:
-    """``protocol_analysis[_<test_set>].csv`` (one row per comparison) and ``.md`` in ``folder``."""
+_TITLES = {
+    "method": (
+        "protocol_analysis",
+        "Pre-registered analysis (docs/protocol.md)",
+        "Seed-aware 95 % intervals (two-way ANOVA over pre-training seeds x labelled draws, Satterthwaite df)",
+    ),
+    "encoder": (
+        "encoder_analysis",
+        "Exploratory analysis of one pre-training seed per method, in the families of docs/protocol.md",
+        "Paired 95 % t-intervals over the labelled draws of these encoders (the pre-training seed's variance is not "
+        "in them: they describe these encoders, not the methods)",
+    ),
+}
+
+
+def write_analysis(
+    results: Sequence[Mapping[str, Any]], folder: Path, test_set: str = "test", scope: str = "method"
+) -> tuple[Path, Path]:
+    """``protocol_analysis[_<test_set>]`` (``scope`` ``encoder``: ``encoder_analysis[_<test_set>]``) ``.csv``, one
+    row per comparison, and ``.md`` in ``folder``."""
     rows = [_row(r) for r in results]
-    stem = "protocol_analysis" if test_set == "test" else f"protocol_analysis_{test_set}"
+    name, title, intervals = _TITLES[scope]
+    stem = name if test_set == "test" else f"{name}_{test_set}"
     csv_path = Path(folder) / f"{stem}.csv"
     with csv_path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)), restval="")
@@ -160,11 +199,10 @@ def write_analysis(results: Sequence[Mapping[str, Any]], folder: Path, test_set:
             [c.family, f"{c.method} − {c.baseline}", str(c.num_labeled), str(d) if d else "no pairs", holm_p, verdict]
         )
     lines = [
-        f"# Pre-registered analysis (docs/protocol.md), `{test_set}` rows",
+        f"# {title}, `{test_set}` rows",
         "",
-        "Seed-aware 95 % intervals (two-way ANOVA over pre-training seeds x labelled draws, Satterthwaite df); "
-        "Holm within each family, over every comparison registered in it (one not complete counts with p = 1 and "
-        "is not resolved).",
+        f"{intervals}; Holm within each family, over every comparison registered in it (one not complete counts "
+        "with p = 1 and is not resolved).",
         "",
     ]
     lines += markdown_table(["family", "comparison", "L", "difference", "Holm p", "verdict"], body)

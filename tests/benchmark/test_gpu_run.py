@@ -405,20 +405,21 @@ def test_make_carry_replaces_only_an_earlier_carry(tmp_path, capsys):
     assert (carry / "notes.md").exists()
 
 
-def test_the_default_plan_takes_three_leases_and_the_papers_pretraining_fits_none():
+def test_the_default_plan_takes_two_leases_and_the_papers_pretraining_fits_none():
     """15 minutes of device time per lease, start-up included, 15% kept free (gcl_monai.benchmark.gpu_run.leases)."""
     assert TERMS.device_seconds == 15 * 60 and TERMS.command_seconds == 10 * 60
     default = plan_leases(get_budget("default"))
-    assert len(default) == 3 and all(lease.fits() for lease in default)
+    assert len(default) == 2 and all(lease.fits() for lease in default)
     # the first lease holds both pre-trainings (they cannot resume on another machine at the paper's width)
     first = dict(default[0].parts)
     # 18.3 iterations x (0.112 + 0.022) s x 1.05 = 2.58 s per epoch
     assert first["pre-training simclr and gcl, 80 epochs"] == pytest.approx(80 * 878 / 48 * 0.134 * 1.05)
-    # a cell: 300 epochs x 4 (L = 1) or 8 (L = 2) batches of 14.3 ms (lease 1, 8 cells at once), and 15 s / 8
-    l1, l2 = 300 * 4 * 0.0143 + 15 / 8, 300 * 8 * 0.0143 + 15 / 8
-    # what lease 1 measured on an H200: 9 random-init cells finished beside the pre-trainings
-    assert first["9 random cells (6 at L = 1, 3 at L = 2)"] == pytest.approx(6 * l1 + 3 * l2)
-    assert default[0].seconds == pytest.approx(110 + 67 + 86 + 80 * 878 / 48 * 0.134 * 1.05 + 6 * l1 + 3 * l2 + 60)
+    # a cell: 300 epochs x 4 (L = 1) or 8 (L = 2) batches of 6.8 ms (lease 2, 8 cells at once), and 15 s / 8
+    l1, l2 = 300 * 4 * 0.0068 + 15 / 8, 300 * 8 * 0.0068 + 15 / 8
+    # every random-init cell and SimCLR's at L = 1 fill the first lease after the pre-trainings
+    assert first["12 random cells (6 at L = 1, 6 at L = 2)"] == pytest.approx(6 * l1 + 6 * l2)
+    assert first["6 simclr cells (6 at L = 1)"] == pytest.approx(6 * l1)
+    assert default[0].seconds == pytest.approx(110 + 67 + 86 + 80 * 878 / 48 * 0.134 * 1.05 + 12 * l1 + 6 * l2 + 60)
     # no lease holds a cell more than the 15% margin allows, and the next cell would not have fitted
     room = 0.85 * 900 - 110 - 60
     for lease in default[:-1]:
@@ -431,7 +432,7 @@ def test_the_default_plan_takes_three_leases_and_the_papers_pretraining_fits_non
     assert not paper[0].fits() and paper[0].seconds > TERMS.device_seconds
     assert not any("cells" in what for what, _ in paper[0].parts)  # nothing joins a lease already over
     table = format_plan(get_budget("default"))
-    assert table.count("fits with 15% kept free") == 3 and "DOES NOT FIT" not in table
+    assert table.count("fits with 15% kept free") == 2 and "DOES NOT FIT" not in table
     assert "DOES NOT FIT" in format_plan(get_budget("paper"))
     from gcl_monai.benchmark.gpu_run.cli import main_gpu_run
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gcl_monai.benchmark.intervals import holm, seed_aware_difference
+from gcl_monai.benchmark.intervals import encoder_difference, holm, seed_aware_difference
 
 
 def _simulate(rng, seeds, draws, mu, sd_seed, sd_draw, sd_res):
@@ -64,6 +64,17 @@ def test_one_seed_gives_no_interval_and_a_ragged_table_is_refused():
     assert r.mean == pytest.approx(0.2) and np.isnan(r.low) and "no interval" in str(r)
     with pytest.raises(ValueError, match="seeds x draws"):
         seed_aware_difference([[0.1, np.nan], [0.2, 0.3]])
+
+
+def test_encoder_difference_by_hand():
+    """Differences 0.1, 0.2, 0.3: mean 0.2, sd 0.1, se 0.1 / sqrt(3); t(2) quantile 4.303 -> half-width 0.2484;
+    t = 3.464 on 2 df -> p = 0.0742. No seed variance: it describes one encoder."""
+    r = encoder_difference([[0.1, 0.2, 0.3]])
+    assert (r.mean, r.low, r.high) == pytest.approx((0.2, 0.2 - 0.24841, 0.2 + 0.24841), abs=1e-4)
+    assert r.p == pytest.approx(0.07418, abs=1e-4) and r.df == 2 and (r.seeds, r.draws) == (1, 3)
+    assert np.isnan(r.var_seed) and r.var_draw == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="one seed's row"):
+        encoder_difference([[0.1, 0.2], [0.2, 0.3]])
 
 
 def test_holm_by_hand():

@@ -73,7 +73,7 @@ def _fix_p_values(p_of, monkeypatch):
         d = real(table)
         return type(d)(**{**d.__dict__, "p": p_of[round(float(np.mean(table)), 6)]})
 
-    monkeypatch.setattr(protocol, "seed_aware_difference", fixed)
+    monkeypatch.setitem(protocol.SCOPES, "method", fixed)
 
 
 def test_holm_counts_every_registered_comparison_of_a_family(monkeypatch):
@@ -104,6 +104,24 @@ def test_an_incomplete_comparison_is_never_resolved(tmp_path):
     assert result["missing"] == "incomplete: S = 2 of 3, D = 8 of 8" and result["resolved"] is False
     _, md = write_analysis([result], tmp_path)
     assert "incomplete: S = 2 of 3" in md.read_text() and "**resolved**" not in md.read_text()
+
+
+def test_the_encoder_scope_analyses_one_seed_per_method_over_its_draws(tmp_path):
+    """One pre-training seed, 3 draws: gcl − random = 0.1, 0.2, 0.3 (p = 0.0742 by hand), alone in the primary
+    family, so its Holm p is its own p; the method scope gives no interval for it; a design of two seeds is refused
+    by the encoder scope."""
+    rows = [_row("random", d, 0.5) for d in range(3)]
+    rows += [_row("gcl", d, 0.6 + 0.1 * d) for d in range(3)]
+    comparison = [Comparison("gcl", "random", 2, "primary")]
+    (result,) = analyse(rows, comparison, Design(seeds=1, draws=3), scope="encoder")
+    assert result["difference"].mean == pytest.approx(0.2) and result["p_holm"] == pytest.approx(0.07418, abs=1e-4)
+    assert result["missing"] == "" and result["resolved"] is False
+    (method,) = analyse(rows, comparison, Design(seeds=1, draws=3))
+    assert np.isnan(method["difference"].low) and method["p_holm"] == 1.0
+    with pytest.raises(ValueError, match="one pre-training seed"):
+        analyse(rows, comparison, Design(seeds=2, draws=3), scope="encoder")
+    csv_path, md = write_analysis([result], tmp_path, scope="encoder")
+    assert csv_path.name == "encoder_analysis.csv" and "not the methods" in md.read_text()
 
 
 def test_pretrain_seeds_plan_one_pretraining_and_one_cell_per_seed(tmp_path):

@@ -10,10 +10,10 @@ start-up included. docs/gpu_run.md, "Predicted time", derives every constant bel
   at the paper's width takes 0.022 s (SimCLR) and 0.112 s (full GCL);
 - a pre-training epoch is 18.3 iterations (878 slices of the 48 pre-training patients over batch 48), its views
   drawn on the GPU for 5% more;
-- the fine-tuning cells share the GPU's time: 8 cells at once, with no pre-training beside them, advanced by one
-  iteration per 14.3 ms in all (median of lease 1's 15-second windows, their slices augmented on the device:
-  ``python -m benchmarks.lease_rates``, docs/results/gpu-default_acdc/lease1_finetune_rates.csv), one process's
-  bare step plus 0.6 ms: running cells at once hides their data's time, not the step's;
+- the fine-tuning cells overlap on the GPU: 8 cells at once, alone on an H100, advanced by one iteration per 6.8 ms
+  in all (median of lease 2's 15-second windows, their slices augmented on the device: ``python -m
+  benchmarks.lease_rates``, docs/results/gpu-default_acdc/lease2_finetune_rates.csv), against one process's bare
+  step of 12 ms there (lease 1's 14.3 ms came from windows in which both pre-trainings were starting);
 - a labelled ACDC patient gives about 20 slices (two frames), 4 batches of 5 per epoch;
 - each cell's fixed costs (start, volumes, 12 validations, the test Dice): 15 s, ``jobs`` at once.
 
@@ -43,8 +43,8 @@ CALLS_PER_LEASE = 2
 PRETRAIN_ITERATION_S = {"simclr": 0.022, "gcl": 0.112}
 PRETRAIN_ITERATIONS_PER_EPOCH = 878 / 48
 VIEWS_ON_DEVICE = 1.05
-#: GPU seconds per fine-tuning iteration, the cells at once sharing them (measured, H200: 8 cells, 14.3 ms in all)
-FINETUNE_ITERATION_S = 0.0143
+#: GPU seconds per fine-tuning iteration, 8 cells at once (measured, H100: 6.8 ms per iteration of all cells together)
+FINETUNE_ITERATION_S = 0.0068
 #: labelled slices per ACDC patient, and each fine-tuning cell's fixed seconds
 SLICES_PER_PATIENT = 20
 CELL_FIXED_S = 15.0
@@ -123,7 +123,7 @@ def _cell_parts(batch: list[tuple[str, int]], per_cell: dict[int, float]) -> lis
 def format_plan(budget: GpuRunBudget, terms: LendingTerms = TERMS) -> str:
     """The plan as a Markdown table, one row per part, and each lease's total against the device time."""
     lines = [
-        f"budget {budget.name}: predicted GPU seconds per lease (H200 measurements, docs/gpu_run.md)",
+        f"budget {budget.name}: predicted GPU seconds per lease (measured on a lent H200 and H100, docs/gpu_run.md)",
         "",
         "| lease | part | seconds |",
         "|---|---|---|",

@@ -340,16 +340,39 @@ def main_protocol(argv: Sequence[str]) -> int:
         help="method: seed-aware intervals (the protocol's); encoder: an experiment of one pre-training seed per "
         "method, intervals over the draws of its encoders (-> encoder_analysis.csv)",
     )
+    parser.add_argument(
+        "--with",
+        dest="others",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="experiments of further pre-training seeds on the same draws (gpu-run --pretrain-seed): their rows "
+        "join --name's, and the analysis is written beside --name's results.csv",
+    )
     args = parser.parse_args(argv)
-    results_csv = args.results_dir / args.name / "results.csv"
-    if not results_csv.exists():
-        parser.error(f"{results_csv} does not exist: run the experiment first.")
+    folders = [args.results_dir / name for name in [args.name, *args.others]]
+    for folder in folders:
+        if not (folder / "results.csv").exists():
+            parser.error(f"{folder / 'results.csv'} does not exist: run the experiment first.")
     comparisons = [dataclasses.replace(c, test_set=args.test_set) for c in PROTOCOL_COMPARISONS]
-    # the size each comparison must reach: the experiment's own pre-training seeds x labelled draws
-    preset = json.loads((results_csv.parent / "plan.json").read_text())["preset"]
-    design = Design(seeds=len(preset["pretrain_seeds"]), draws=preset["repeats"])
+    # the size each comparison must reach: the experiments' pre-training seeds x labelled draws
+    presets = [json.loads((folder / "plan.json").read_text())["preset"] for folder in folders]
+    if len({p["repeats"] for p in presets}) > 1:
+        parser.error(f"the experiments have different numbers of labelled draws: {[p['repeats'] for p in presets]}.")
+    seeds = [s for p in presets for s in p["pretrain_seeds"]]
+    if len(set(seeds)) < len(seeds):
+        parser.error(f"a pre-training seed appears in more than one experiment: {seeds}.")
+    design = Design(seeds=len(seeds), draws=presets[0]["repeats"])
+    results_csv = folders[0] / "results.csv"
+    rows = [row for folder in folders for row in read_results(folder / "results.csv")]
+    keys = [(r["method"], r["num_labeled"], r["draw"], r.get("pretrain_seed", ""), r["test_set"]) for r in rows]
+    if len(set(keys)) < len(keys):
+        parser.error(
+            "the experiments hold the same cell twice (method, L, draw, pre-training seed): join only "
+            "experiments of different pre-training seeds."
+        )
     try:
-        results = analyse(read_results(results_csv), comparisons, design, args.scope)
+        results = analyse(rows, comparisons, design, args.scope)
     except ValueError as error:
         parser.error(f"{results_csv.parent}: {error}")
     _, md = write_analysis(results, results_csv.parent, args.test_set, args.scope)

@@ -437,3 +437,40 @@ def test_the_default_plan_takes_two_leases_and_the_papers_pretraining_fits_none(
     from gcl_monai.benchmark.gpu_run.cli import main_gpu_run
 
     assert main_gpu_run(["--plan"]) == 0 and main_gpu_run(["--plan", "--budget", "paper"]) == 1
+
+
+def test_a_further_pretraining_seed_reruns_the_pretrained_methods_on_the_same_draws(tmp_path):
+    """``--pretrain-seed 1``: budget default-p1, SimCLR and GCL pre-trained with seed 1 and fine-tuned with the same
+    overrides as seed 0's cells but their encoder; no random-init cell, no speed or diagnosis; one lease."""
+    seeded = get_budget("default-p1")
+    assert seeded == BUDGETS["default"].with_pretrain_seed(1)
+    assert seeded.methods == ("simclr", "gcl") and seeded.steps == ("compare",)
+    with pytest.raises(ValueError, match=">= 1"):
+        BUDGETS["default"].with_pretrain_seed(0)
+    with pytest.raises(ValueError, match="unknown budget"):
+        get_budget("nobudget-p1")
+
+    def cells(budget):
+        experiment = Experiment("gpu", "acdc", budget.preset(), results_dir=tmp_path)
+        pretrain, finetune = plan_cells(experiment)
+        return {c.name: c for c in pretrain}, {c.folder.name: c for c in finetune}
+
+    (pre0, fine0), (pre1, fine1) = cells(BUDGETS["default"]), cells(seeded)
+    assert sorted(pre0) == ["gcl", "simclr"] and sorted(pre1) == ["gcl_p1", "simclr_p1"]
+    assert pre1["gcl_p1"].overrides["seed"] == 1
+    assert {c.method for c in fine1.values()} == {"simclr", "gcl"} and len(fine1) == 24
+    for name, cell in fine1.items():
+        base = fine0[name.removesuffix("_p1")]
+        assert cell.pretrain_seed == 1 and base.pretrain_seed == 0
+        different = {k for k in cell.train_overrides if cell.train_overrides[k] != base.train_overrides.get(k)}
+        assert different == {"pretrained_path", "output_dir", "ckpt_dir"}  # the same draw, seeds and recipe
+        assert f"{cell.method}_p1" in cell.train_overrides["pretrained_path"]
+
+    lease = plan_leases(seeded)
+    assert len(lease) == 1 and lease[0].fits()
+    parts = dict(lease[0].parts)
+    assert "speed" not in parts and "diagnose" not in parts and not any("random" in what for what in parts)
+
+    state = RunState(tmp_path / "work")
+    state.create(seeded.name, None, seeded.steps)
+    assert state.steps_to_run() == ["compare"] and state.read()["steps"]["speed"]["status"] == "skipped"

@@ -209,3 +209,35 @@ def test_the_protocol_command_reads_the_design_from_the_experiments_plan(tmp_pat
     )
     assert analysis[("supervised_encoder", "random", "2")]["missing"] == "no pairs"
     assert "no pairs" in capsys.readouterr().out
+
+
+def test_the_protocol_command_joins_the_experiments_of_further_pretraining_seeds(tmp_path):
+    """Seed 0's experiment (random and GCL) and seed 1's (GCL only, gpu-run --pretrain-seed 1) on the same 3 draws:
+    joined, GCL − random has S = 2 x D = 3 and is complete; an experiment joined to itself is refused."""
+    import csv
+    import json
+
+    from gcl_monai.benchmark.__main__ import main
+
+    def write(name, seeds, rows):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "plan.json").write_text(json.dumps({"preset": {"pretrain_seeds": seeds, "repeats": 3}}))
+        rows = [{**r, "repeat": r["draw"]} for r in rows]
+        with open(folder / "results.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        return folder
+
+    first = write("s0", [0], [_row("random", d, 0.5) for d in range(3)] + [_row("gcl", d, 0.6, 0) for d in range(3)])
+    write("s1", [1], [_row("gcl", d, 0.62 + 0.01 * d, 1) for d in range(3)])
+    assert main(["protocol", "--name", "s0", "--with", "s1", "--results-dir", str(tmp_path)]) == 0
+    analysis = {
+        (r["method"], r["baseline"], r["num_labeled"]): r for r in csv.DictReader(open(first / "protocol_analysis.csv"))
+    }
+    gcl = analysis[("gcl", "random", "2")]
+    assert (gcl["seeds"], gcl["draws"], gcl["missing"]) == ("2", "3", "")
+    assert float(gcl["mean"]) == pytest.approx((0.1 * 3 + 0.12 + 0.13 + 0.14) / 6)
+    with pytest.raises(SystemExit):
+        main(["protocol", "--name", "s0", "--with", "s0", "--results-dir", str(tmp_path)])

@@ -7,10 +7,12 @@ rehearsal's tiny sizes on a CPU.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gcl_monai.benchmark.gpu_run.state import STEPS
 from gcl_monai.benchmark.presets import PAPER, Preset
 
 __all__ = ["BUDGETS", "GpuRunBudget", "get_budget"]
@@ -42,6 +44,10 @@ class GpuRunBudget:
             data is required).
         stop_on_verdict: a diagnosis verdict of collapse or stall ends the run (the rehearsal's few iterations give
             no verdict worth stopping for: it records it and goes on).
+        methods: the methods compared.
+        pretrain_seed: the seed of every pre-training (:py:meth:`with_pretrain_seed`).
+        steps: the steps run (:py:data:`~gcl_monai.benchmark.gpu_run.state.STEPS`; the others are recorded as
+            skipped).
     """
 
     name: str
@@ -57,12 +63,31 @@ class GpuRunBudget:
     phantom_patients: int = 0
     stop_on_verdict: bool = True
     methods: tuple[str, ...] = field(default=_METHODS)
+    pretrain_seed: int = 0
+    steps: tuple[str, ...] = STEPS
+
+    def with_pretrain_seed(self, seed: int) -> GpuRunBudget:
+        """
+        The same comparison from pre-training seed ``seed`` (> 0), named ``<name>-p<seed>``: the pre-trained methods
+        only, on the same labelled draws and fine-tuning seeds (random initialisation has no pre-training seed: its
+        cells are seed 0's), the comparison step alone (the speed and the diagnosis were measured with seed 0). Its
+        rows join seed 0's in one analysis (``protocol --with``).
+        """
+        if seed < 1:
+            raise ValueError(f"a further pre-training seed is >= 1, got {seed}.")
+        return self.replace(
+            name=f"{self.name}-p{seed}",
+            methods=tuple(m for m in self.methods if m != "random"),
+            pretrain_seed=seed,
+            steps=("compare",),
+        )
 
     def preset(self) -> Preset:
         """The harness preset of the comparison (pre-training and fine-tuning) under this budget."""
         return PAPER.replace(
             name=f"gpu-{self.name}",
             methods=self.methods,
+            pretrain_seeds=(self.pretrain_seed,),
             num_labeled=self.num_labeled,
             repeats=self.repeats,
             common=dict(self.common),
@@ -181,8 +206,16 @@ _REHEARSE = GpuRunBudget(
 BUDGETS: dict[str, GpuRunBudget] = {b.name: b for b in (_DEFAULT, _PAPER, _REHEARSE)}
 
 
+#: a budget from a further pre-training seed: ``<budget>-p<seed>``
+_SEEDED = re.compile(r"^(?P<base>.+)-p(?P<seed>\d+)$")
+
+
 def get_budget(name: str) -> GpuRunBudget:
-    """The budget called ``name``."""
-    if name not in BUDGETS:
-        raise ValueError(f"unknown budget {name!r}; choose from {list(BUDGETS)}.")
-    return BUDGETS[name]
+    """The budget called ``name``: one of :py:data:`BUDGETS`, or ``<budget>-p<seed>`` (its
+    :py:meth:`~GpuRunBudget.with_pretrain_seed`)."""
+    if name in BUDGETS:
+        return BUDGETS[name]
+    seeded = _SEEDED.match(name)
+    if seeded and seeded["base"] in BUDGETS:
+        return BUDGETS[seeded["base"]].with_pretrain_seed(int(seeded["seed"]))
+    raise ValueError(f"unknown budget {name!r}; choose from {list(BUDGETS)}, or <budget>-p<seed>.")

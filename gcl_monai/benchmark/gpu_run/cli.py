@@ -69,6 +69,15 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
         "paper's 300 + 300 epochs, whose pre-training fits no lease; rehearse: tiny, on a CPU)",
     )
     p.add_argument(
+        "--pretrain-seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the comparison again from pre-training seed N >= 1 (budget <budget>-pN: SimCLR and GCL pre-trained "
+        "with seed N and fine-tuned on the same draws; no speed or diagnosis step; joined to seed 0's rows by "
+        "'protocol --with')",
+    )
+    p.add_argument(
         "--data-root",
         default=os.environ.get("GCL_DATA_ROOT"),
         help="folder holding acdc/ (default $GCL_DATA_ROOT; the rehearsal generates a phantom without it)",
@@ -151,7 +160,7 @@ def _prepare(args: argparse.Namespace, state: RunState) -> None:
         return
     if args.resume_from is not None:
         logger.info("%s holds nothing of an earlier run: starting a new one.", args.resume_from)
-    state.create(args.budget, args.data_root)
+    state.create(args.budget, args.data_root, get_budget(args.budget).steps)
 
 
 def _start_worker(work: Path) -> subprocess.Popen:
@@ -182,6 +191,11 @@ def _start_worker(work: Path) -> subprocess.Popen:
 def main_gpu_run(argv: Sequence[str]) -> int:
     cli = parser()
     args = cli.parse_args(argv)
+    if args.pretrain_seed:
+        try:
+            args.budget = get_budget(args.budget).with_pretrain_seed(args.pretrain_seed).name
+        except ValueError as error:
+            cli.error(str(error))
     if args.plan:
         print(format_plan(get_budget(args.budget)))
         return 0 if all(lease.fits() for lease in plan_leases(get_budget(args.budget))) else 1

@@ -89,16 +89,14 @@ def plan_leases(budget: GpuRunBudget, terms: LendingTerms = TERMS) -> list[Lease
     pretrain = PRETRAIN_ITERATIONS_PER_EPOCH * epochs * sum(PRETRAIN_ITERATION_S.values()) * VIEWS_ON_DEVICE
     per_cell = _cell_seconds(budget)
     pretrained = tuple(m for m in budget.methods if m != "random")
-    cells = [("random", n) for n in budget.num_labeled for _ in range(budget.repeats)]
+    cells = [("random", n) for n in budget.num_labeled for _ in range(budget.repeats) if "random" in budget.methods]
     cells += [(m, n) for n in budget.num_labeled for m in pretrained for _ in range(budget.repeats)]
     room = (1 - MARGIN) * terms.device_seconds - start[1] - pack[1]
     if max(per_cell.values()) > room:
         raise ValueError(f"a fine-tuning cell at L = {max(per_cell, key=per_cell.get)} fits no lease.")
-    fixed = [
-        ("speed", SPEED_S[budget.name]),
-        ("diagnose", DIAGNOSE_S),
-        (f"pre-training {' and '.join(PRETRAIN_ITERATION_S)}, {epochs} epochs", pretrain),
-    ]
+    measured = {"speed": SPEED_S.get(budget.name, 0.0), "diagnose": DIAGNOSE_S}
+    fixed = [(step, measured[step]) for step in budget.steps if step in measured]
+    fixed.append((f"pre-training {' and '.join(PRETRAIN_ITERATION_S)}, {epochs} epochs", pretrain))
     leases, batch = [], []
     for cell in cells + [None]:
         used = sum(seconds for _, seconds in fixed) + sum(per_cell[n] for _, n in batch)

@@ -49,14 +49,23 @@ class RunState:
         tmp.write_text(json.dumps(state, indent=1))
         os.replace(tmp, self.path)
 
-    def create(self, budget: str, data_root: str | None) -> dict[str, Any]:
+    def create(self, budget: str, data_root: str | None, steps: tuple[str, ...] = STEPS) -> dict[str, Any]:
+        """A new run of ``budget`` whose ``steps`` are pending; the other steps are recorded as skipped."""
         state = {
             "budget": budget,
             "data_root": data_root,
             "created": time.strftime("%Y-%m-%d %H:%M:%S"),
             "machines": 0,
             "stopped": "",
-            "steps": {name: {"status": "pending", "seconds": 0.0, "attempts": 0, "message": ""} for name in STEPS},
+            "steps": {
+                name: {
+                    "status": "pending" if name in steps else "skipped",
+                    "seconds": 0.0,
+                    "attempts": 0,
+                    "message": "" if name in steps else "not a step of this budget",
+                }
+                for name in STEPS
+            },
         }
         self.write(state)
         return state

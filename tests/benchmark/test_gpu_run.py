@@ -293,10 +293,13 @@ def test_collect_copies_the_results_without_weights(tmp_path):
 
     work = tmp_path / "work"
     _work_with_pretrainings(work)
-    for name in ("plan.json", "results.csv", "table.md"):
+    for name in ("results.csv", "table.md"):
         (work / "results" / "x_acdc" / name).write_text(name)
+    # the device's checkout, /device/repo, becomes paths relative to the repository
+    plan = {"bundle_dir": "/device/repo/bundles", "bundle": "/device/repo/bundles/gcl_acdc"}
+    (work / "results" / "x_acdc" / "plan.json").write_text(json.dumps(plan))
     (work / "diagnose").mkdir()
-    (work / "diagnose" / "report.md").write_text("# Diagnosis")
+    (work / "diagnose" / "report.md").write_text("# Diagnosis: /device/repo/bundles/gcl_acdc/configs/pretrain.json")
     (work / "speed_cuda.json").write_text("{}")
     pack(work, tmp_path / "out", "# report\n", extra=[work / "speed_cuda.json"])
     written = collect(tmp_path / "out", tmp_path / "docs")
@@ -312,6 +315,8 @@ def test_collect_copies_the_results_without_weights(tmp_path):
     ]
     assert (tmp_path / "docs" / "table.md").read_text() == "table.md"
     assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == names
+    assert json.loads((tmp_path / "docs" / "plan.json").read_text())["bundle"] == "bundles/gcl_acdc"
+    assert (tmp_path / "docs" / "diagnosis.md").read_text() == "# Diagnosis: bundles/gcl_acdc/configs/pretrain.json"
 
 
 def test_speed_lines_give_the_pretraining_time_at_the_measured_speed():

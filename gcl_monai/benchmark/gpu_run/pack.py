@@ -48,6 +48,8 @@ REPORT = "report.md"
 #: suffix, inside the archive, of a checkpoint whose floating-point tensors were stored as bfloat16
 BF16_SUFFIX = ".bf16"
 #: the files of the comparison's folder that :py:func:`collect` copies (what docs/results keeps of an experiment)
+#: the collected files whose text may name the device's checkout
+_TEXT_SUFFIXES = (".md", ".json", ".csv", ".log")
 COLLECTED = (
     "results.csv",
     "table.md",
@@ -290,7 +292,8 @@ def collect(returned: Path, into: Path) -> list[Path]:
     """
     The results of what a ``gpu-run`` call brought back, as docs/results keeps an experiment: the comparison's
     :py:data:`COLLECTED` files, ``report.md``, ``gpu_run.json``, the speed JSON and the diagnosis' ``report.md``
-    (as ``diagnosis.md``) copied into ``into``; no weights.
+    (as ``diagnosis.md``) copied into ``into``; no weights. The device's checkout (the parent of the experiment's
+    ``bundle_dir`` in its ``plan.json``) is written as paths relative to the repository in the text files.
 
     Returns:
         the files written.
@@ -307,12 +310,19 @@ def collect(returned: Path, into: Path) -> list[Path]:
         pairs = [(returned / name, into / name) for name in (REPORT, STATE_FILE)]
         pairs += [(path, into / path.name) for path in returned.glob("speed_*.json")]
         pairs.append((work / "diagnose" / "report.md", into / "diagnosis.md"))
+        checkouts = set()
         for experiment in sorted(work.glob("results/*/plan.json")):
             pairs += [(experiment.parent / name, into / name) for name in COLLECTED]
+            checkouts.add(str(Path(json.loads(experiment.read_text())["bundle_dir"]).parent))
         for source, target in pairs:
-            if source.exists():
-                shutil.copyfile(source, target)
-                written.append(target)
+            if not source.exists():
+                continue
+            data = source.read_bytes()
+            if source.suffix in _TEXT_SUFFIXES:  # bytes, so that line endings stay as written
+                for checkout in checkouts:
+                    data = data.replace(f"{checkout}/".encode(), b"")
+            target.write_bytes(data)
+            written.append(target)
     return written
 
 

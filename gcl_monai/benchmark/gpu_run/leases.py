@@ -94,8 +94,8 @@ def plan_leases(budget: GpuRunBudget, terms: LendingTerms = TERMS) -> list[Lease
     room = (1 - MARGIN) * terms.device_seconds - start[1] - pack[1]
     if max(per_cell.values()) > room:
         raise ValueError(f"a fine-tuning cell at L = {max(per_cell, key=per_cell.get)} fits no lease.")
-    measured = {"speed": SPEED_S.get(budget.name, 0.0), "diagnose": DIAGNOSE_S}
-    fixed = [(step, measured[step]) for step in budget.steps if step in measured]
+    fixed = [("speed", SPEED_S[budget.name])] if "speed" in budget.steps else []
+    fixed += [("diagnose", DIAGNOSE_S)] if "diagnose" in budget.steps else []
     fixed.append((f"pre-training {' and '.join(PRETRAIN_ITERATION_S)}, {epochs} epochs", pretrain))
     leases, batch = [], []
     for cell in cells + [None]:

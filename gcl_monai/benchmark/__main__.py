@@ -318,12 +318,19 @@ def main_compare(argv: Sequence[str]) -> int:
 def main_protocol(argv: Sequence[str]) -> int:
     import dataclasses
 
-    from gcl_monai.benchmark.protocol import PROTOCOL_COMPARISONS, SCOPES, Design, analyse, write_analysis
+    from gcl_monai.benchmark.protocol import (
+        REGISTRATIONS,
+        SCOPES,
+        Design,
+        analyse,
+        select_pretrain_seeds,
+        write_analysis,
+    )
 
     parser = argparse.ArgumentParser(
         prog=f"{PROG} protocol",
-        description="The pre-registered analysis of docs/protocol.md on an experiment's results.csv: the primary "
-        "endpoint and the secondary comparisons, seed-aware 95%% intervals, Holm within each family.",
+        description="A pre-registered analysis (docs/protocol.md, docs/protocol_gpu.md) of experiments' results.csv: "
+        "the primary endpoint and the secondary comparisons, seed-aware 95%% intervals, Holm within each family.",
     )
     parser.add_argument("--name", required=True)
     parser.add_argument("--results-dir", type=Path, default=Path("results"))
@@ -341,20 +348,39 @@ def main_protocol(argv: Sequence[str]) -> int:
         "method, intervals over the draws of its encoders (-> encoder_analysis.csv)",
     )
     parser.add_argument(
+        "--registration",
+        choices=sorted(REGISTRATIONS),
+        default="protocol",
+        help="the registered comparisons: protocol (docs/protocol.md) or gpu-replication (docs/protocol_gpu.md: "
+        "without the positive control)",
+    )
+    parser.add_argument(
         "--with",
         dest="others",
         nargs="+",
         default=[],
         metavar="NAME",
         help="experiments of further pre-training seeds on the same draws (gpu-run --pretrain-seed): their rows "
-        "join --name's, and the analysis is written beside --name's results.csv",
+        "join --name's",
+    )
+    parser.add_argument(
+        "--pretrain-seeds",
+        type=int,
+        nargs="+",
+        metavar="SEED",
+        help="analyse these pre-training seeds only (the cells of the others are left out; random initialisation's "
+        "are kept); default: every seed of the experiments",
+    )
+    parser.add_argument(
+        "--out-dir", type=Path, help="where the analysis is written (default: beside --name's results.csv)"
     )
     args = parser.parse_args(argv)
     folders = [args.results_dir / name for name in [args.name, *args.others]]
     for folder in folders:
         if not (folder / "results.csv").exists():
             parser.error(f"{folder / 'results.csv'} does not exist: run the experiment first.")
-    comparisons = [dataclasses.replace(c, test_set=args.test_set) for c in PROTOCOL_COMPARISONS]
+    registration = REGISTRATIONS[args.registration]
+    comparisons = [dataclasses.replace(c, test_set=args.test_set) for c in registration.comparisons]
     # the size each comparison must reach: the experiments' pre-training seeds x labelled draws
     presets = [json.loads((folder / "plan.json").read_text())["preset"] for folder in folders]
     if len({p["repeats"] for p in presets}) > 1:
@@ -362,8 +388,6 @@ def main_protocol(argv: Sequence[str]) -> int:
     seeds = [s for p in presets for s in p["pretrain_seeds"]]
     if len(set(seeds)) < len(seeds):
         parser.error(f"a pre-training seed appears in more than one experiment: {seeds}.")
-    design = Design(seeds=len(seeds), draws=presets[0]["repeats"])
-    results_csv = folders[0] / "results.csv"
     rows = [row for folder in folders for row in read_results(folder / "results.csv")]
     keys = [(r["method"], r["num_labeled"], r["draw"], r.get("pretrain_seed", ""), r["test_set"]) for r in rows]
     if len(set(keys)) < len(keys):
@@ -371,11 +395,19 @@ def main_protocol(argv: Sequence[str]) -> int:
             "the experiments hold the same cell twice (method, L, draw, pre-training seed): join only "
             "experiments of different pre-training seeds."
         )
+    if args.pretrain_seeds is not None:
+        absent = sorted(set(args.pretrain_seeds) - set(seeds))
+        if absent or len(set(args.pretrain_seeds)) < len(args.pretrain_seeds):
+            parser.error(f"--pretrain-seeds {args.pretrain_seeds}: the experiments' seeds are {seeds}.")
+        seeds, rows = args.pretrain_seeds, select_pretrain_seeds(rows, args.pretrain_seeds)
+    design = Design(seeds=len(seeds), draws=presets[0]["repeats"])
     try:
         results = analyse(rows, comparisons, design, args.scope)
     except ValueError as error:
-        parser.error(f"{results_csv.parent}: {error}")
-    _, md = write_analysis(results, results_csv.parent, args.test_set, args.scope)
+        parser.error(f"{folders[0]}: {error}")
+    out_dir = args.out_dir or folders[0]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _, md = write_analysis(results, out_dir, args.test_set, args.scope, registration.document)
     print(md.read_text())
     return 0
 

@@ -3,6 +3,10 @@ The pre-registered analysis of docs/protocol.md: the primary endpoint and the se
 experiment's ``results.csv``, each a seed-aware interval (:py:mod:`gcl_monai.benchmark.intervals`), each family
 Holm-corrected; "resolved" only for what survives the correction.
 
+A registration names the document that registers an analysis and its comparisons: ``protocol`` (docs/protocol.md)
+or ``gpu-replication`` (docs/protocol_gpu.md: new pre-training seeds of the lent GPUs' comparison, without the
+positive control).
+
 The ``encoder`` scope analyses an experiment with one pre-training seed per method (an exploratory run, such as a
 lent GPU's) in the same families: paired t-intervals over the draws of those encoders
 (:py:func:`~gcl_monai.benchmark.intervals.encoder_difference`). What it resolves is said of those encoders, not of
@@ -26,11 +30,15 @@ from gcl_monai.benchmark.report import finished_row, markdown_table
 __all__ = [
     "PROTOCOL_COMPARISONS",
     "PROTOCOL_DESIGN",
+    "REGISTRATIONS",
+    "REPLICATION_COMPARISONS",
     "SCOPES",
     "Comparison",
     "Design",
+    "Registration",
     "analyse",
     "difference_table",
+    "select_pretrain_seeds",
     "write_analysis",
 ]
 
@@ -57,6 +65,23 @@ PROTOCOL_COMPARISONS = (
     Comparison("supervised_encoder", "random", 1),
     Comparison("simclr", "random", 1),
 )
+
+#: docs/protocol_gpu.md: the protocol's comparisons without the positive control (the lent GPUs' runs have none)
+REPLICATION_COMPARISONS = tuple(c for c in PROTOCOL_COMPARISONS if "supervised_encoder" not in (c.method, c.baseline))
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A registered analysis: the ``document`` that registers it and its ``comparisons`` (a Holm family each)."""
+
+    document: str
+    comparisons: tuple[Comparison, ...]
+
+
+REGISTRATIONS = {
+    "protocol": Registration("docs/protocol.md", PROTOCOL_COMPARISONS),
+    "gpu-replication": Registration("docs/protocol_gpu.md", REPLICATION_COMPARISONS),
+}
 
 
 @dataclass(frozen=True)
@@ -92,6 +117,13 @@ def _values(rows: Sequence[Mapping[str, Any]], c: Comparison, method: str) -> di
                 seed = r.get("pretrain_seed", "")
                 out[(None if seed in ("", None) else int(seed), int(r["draw"]))] = float(r["dice"])
     return out
+
+
+def select_pretrain_seeds(rows: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> list[Mapping[str, Any]]:
+    """The rows of the pre-training ``seeds`` and those of methods without one (random initialisation: every seed's
+    cell pairs with it); the rows of other pre-training seeds are left out."""
+    keep = {int(s) for s in seeds}
+    return [r for r in rows if r.get("pretrain_seed", "") in ("", None) or int(r["pretrain_seed"]) in keep]
 
 
 def difference_table(rows: Sequence[Mapping[str, Any]], c: Comparison) -> np.ndarray:
@@ -165,12 +197,12 @@ def _row(result: Mapping[str, Any]) -> dict[str, Any]:
 _TITLES = {
     "method": (
         "protocol_analysis",
-        "Pre-registered analysis (docs/protocol.md)",
+        "Pre-registered analysis ({document})",
         "Seed-aware 95 % intervals (two-way ANOVA over pre-training seeds x labelled draws, Satterthwaite df)",
     ),
     "encoder": (
         "encoder_analysis",
-        "Exploratory analysis of one pre-training seed per method, in the families of docs/protocol.md",
+        "Exploratory analysis of one pre-training seed per method, in the families of {document}",
         "Paired 95 % t-intervals over the labelled draws of these encoders (the pre-training seed's variance is not "
         "in them: they describe these encoders, not the methods)",
     ),
@@ -178,12 +210,17 @@ _TITLES = {
 
 
 def write_analysis(
-    results: Sequence[Mapping[str, Any]], folder: Path, test_set: str = "test", scope: str = "method"
+    results: Sequence[Mapping[str, Any]],
+    folder: Path,
+    test_set: str = "test",
+    scope: str = "method",
+    document: str = REGISTRATIONS["protocol"].document,
 ) -> tuple[Path, Path]:
     """``protocol_analysis[_<test_set>]`` (``scope`` ``encoder``: ``encoder_analysis[_<test_set>]``) ``.csv``, one
-    row per comparison, and ``.md`` in ``folder``."""
+    row per comparison, and ``.md`` in ``folder``, titled with the ``document`` that registers the analysis."""
     rows = [_row(r) for r in results]
     name, title, intervals = _TITLES[scope]
+    title = title.format(document=document)
     stem = name if test_set == "test" else f"{name}_{test_set}"
     csv_path = Path(folder) / f"{stem}.csv"
     with csv_path.open("w", newline="") as f:

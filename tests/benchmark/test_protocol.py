@@ -9,7 +9,14 @@ import pytest
 from gcl_monai.benchmark.experiment import Experiment
 from gcl_monai.benchmark.plan import plan_cells
 from gcl_monai.benchmark.presets import get_preset
-from gcl_monai.benchmark.protocol import Comparison, Design, analyse, difference_table, write_analysis
+from gcl_monai.benchmark.protocol import (
+    Comparison,
+    Design,
+    analyse,
+    difference_table,
+    select_pretrain_seeds,
+    write_analysis,
+)
 
 
 def _row(method, draw, dice, pretrain_seed="", num_labeled=2, status="ok"):
@@ -241,3 +248,55 @@ def test_the_protocol_command_joins_the_experiments_of_further_pretraining_seeds
     assert float(gcl["mean"]) == pytest.approx((0.1 * 3 + 0.12 + 0.13 + 0.14) / 6)
     with pytest.raises(SystemExit):
         main(["protocol", "--name", "s0", "--with", "s0", "--results-dir", str(tmp_path)])
+
+
+def test_select_pretrain_seeds_keeps_the_chosen_seeds_and_the_cells_without_one():
+    rows = [_row("random", 0, 0.5)] + [_row("gcl", 0, 0.6 + s, pretrain_seed=s) for s in (0, 1, 2)]
+    rows.append(_row("gcl", 1, 0.7, pretrain_seed="1"))  # as read from a CSV
+    kept = select_pretrain_seeds(rows, [1, 2])
+    assert [(r["method"], r["pretrain_seed"]) for r in kept] == [("random", ""), ("gcl", 1), ("gcl", 2), ("gcl", "1")]
+
+
+def test_the_gpu_replication_analyses_the_new_seeds_without_the_control(tmp_path):
+    """docs/protocol_gpu.md: seed 0's experiment (random, GCL, SimCLR) joined with seeds 1 and 2 (GCL, SimCLR);
+    --pretrain-seeds 1 2 leaves seed 0's cells out (S = 2 x D = 3, its mean by hand), the registration has no
+    positive control, and the analysis goes to --out-dir; a seed no experiment ran is refused."""
+    import csv
+    import json
+
+    from gcl_monai.benchmark.__main__ import main
+
+    def write(name, seeds, rows):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "plan.json").write_text(json.dumps({"preset": {"pretrain_seeds": seeds, "repeats": 3}}))
+        rows = [{**r, "repeat": r["draw"]} for r in rows]
+        with open(folder / "results.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def pretrained(seed, gcl):  # GCL at 0.5 + gcl + 0.01 d, SimCLR at 0.5 + 0.01 d
+        return [_row("gcl", d, 0.5 + gcl + 0.01 * d, seed) for d in range(3)] + [
+            _row("simclr", d, 0.5 + 0.01 * d, seed) for d in range(3)
+        ]
+
+    write("s0", [0], [_row("random", d, 0.5 + 0.02 * d) for d in range(3)] + pretrained(0, 0.3))
+    write("s1", [1], pretrained(1, 0.05))
+    write("s2", [2], pretrained(2, 0.07))
+    out = tmp_path / "replication"
+    argv = ["protocol", "--name", "s0", "--with", "s1", "s2", "--results-dir", str(tmp_path)]
+    assert main([*argv, "--pretrain-seeds", "1", "2", "--registration", "gpu-replication", "--out-dir", str(out)]) == 0
+    analysis = {
+        (r["method"], r["baseline"], r["num_labeled"]): r for r in csv.DictReader(open(out / "protocol_analysis.csv"))
+    }
+    assert not any("supervised_encoder" in key for key in analysis)
+    gcl = analysis[("gcl", "random", "2")]
+    # seed s, draw d: (0.5 + g_s + 0.01 d) - (0.5 + 0.02 d) = g_s - 0.01 d
+    assert (gcl["seeds"], gcl["draws"], gcl["missing"]) == ("2", "3", "")
+    assert float(gcl["mean"]) == pytest.approx((0.05 + 0.07) / 2 - 0.01)
+    assert float(analysis[("gcl", "simclr", "2")]["mean"]) == pytest.approx(0.06)
+    assert "docs/protocol_gpu.md" in (out / "protocol_analysis.md").read_text()
+    assert not (tmp_path / "s0" / "protocol_analysis.csv").exists()
+    with pytest.raises(SystemExit):
+        main([*argv, "--pretrain-seeds", "3"])

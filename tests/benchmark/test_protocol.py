@@ -1,6 +1,8 @@
 """The pre-registered analysis: difference tables paired by draw and pre-training seed, Holm per family; and the
 plan of pre-training seeds."""
 
+import csv
+import json
 import math
 
 import numpy as np
@@ -30,6 +32,19 @@ def _row(method, draw, dice, pretrain_seed="", num_labeled=2, status="ok"):
         "status": status,
         "pretrain_seed": pretrain_seed,
     }
+
+
+def _write_experiment(tmp_path, name, seeds, rows, repeats=3):
+    """An experiment's folder as the harness leaves it: plan.json (its pre-training seeds and draws), results.csv."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "plan.json").write_text(json.dumps({"preset": {"pretrain_seeds": seeds, "repeats": repeats}}))
+    rows = [{**r, "repeat": r["draw"]} for r in rows]
+    with open(folder / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return folder
 
 
 def test_difference_table_pairs_each_seed_with_the_baseline_of_its_draw():
@@ -186,14 +201,8 @@ def test_the_probe_settings_are_not_settings_of_the_training():
 def test_the_protocol_command_reads_the_design_from_the_experiments_plan(tmp_path, capsys):
     """An experiment of 2 pre-training seeds x 3 draws at L = 2 only: its L = 2 comparisons are complete, the L = 1
     ones have no pairs, and the files are written beside results.csv."""
-    import csv
-    import json
-
     from gcl_monai.benchmark.__main__ import main
 
-    folder = tmp_path / "e"
-    folder.mkdir()
-    (folder / "plan.json").write_text(json.dumps({"preset": {"pretrain_seeds": [0, 1], "repeats": 3}}))
     rows = [_row("random", d, 0.5 + 0.01 * d) for d in range(3)]
     rows += [
         _row(m, d, 0.6 + 0.01 * d + 0.01 * s, pretrain_seed=s)
@@ -201,11 +210,7 @@ def test_the_protocol_command_reads_the_design_from_the_experiments_plan(tmp_pat
         for s in (0, 1)
         for d in range(3)
     ]
-    rows = [{**r, "repeat": r["draw"]} for r in rows]
-    with open(folder / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    folder = _write_experiment(tmp_path, "e", [0, 1], rows)
     assert main(["protocol", "--name", "e", "--results-dir", str(tmp_path)]) == 0
     analysis = {
         (r["method"], r["baseline"], r["num_labeled"]): r
@@ -221,24 +226,12 @@ def test_the_protocol_command_reads_the_design_from_the_experiments_plan(tmp_pat
 def test_the_protocol_command_joins_the_experiments_of_further_pretraining_seeds(tmp_path):
     """Seed 0's experiment (random and GCL) and seed 1's (GCL only, gpu-run --pretrain-seed 1) on the same 3 draws:
     joined, GCL − random has S = 2 x D = 3 and is complete; an experiment joined to itself is refused."""
-    import csv
-    import json
-
     from gcl_monai.benchmark.__main__ import main
 
-    def write(name, seeds, rows):
-        folder = tmp_path / name
-        folder.mkdir()
-        (folder / "plan.json").write_text(json.dumps({"preset": {"pretrain_seeds": seeds, "repeats": 3}}))
-        rows = [{**r, "repeat": r["draw"]} for r in rows]
-        with open(folder / "results.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        return folder
-
-    first = write("s0", [0], [_row("random", d, 0.5) for d in range(3)] + [_row("gcl", d, 0.6, 0) for d in range(3)])
-    write("s1", [1], [_row("gcl", d, 0.62 + 0.01 * d, 1) for d in range(3)])
+    first = _write_experiment(
+        tmp_path, "s0", [0], [_row("random", d, 0.5) for d in range(3)] + [_row("gcl", d, 0.6, 0) for d in range(3)]
+    )
+    _write_experiment(tmp_path, "s1", [1], [_row("gcl", d, 0.62 + 0.01 * d, 1) for d in range(3)])
     assert main(["protocol", "--name", "s0", "--with", "s1", "--results-dir", str(tmp_path)]) == 0
     analysis = {
         (r["method"], r["baseline"], r["num_labeled"]): r for r in csv.DictReader(open(first / "protocol_analysis.csv"))
@@ -261,29 +254,16 @@ def test_the_gpu_replication_analyses_the_new_seeds_without_the_control(tmp_path
     """docs/protocol_gpu.md: seed 0's experiment (random, GCL, SimCLR) joined with seeds 1 and 2 (GCL, SimCLR);
     --pretrain-seeds 1 2 leaves seed 0's cells out (S = 2 x D = 3, its mean by hand), the registration has no
     positive control, and the analysis goes to --out-dir; a seed no experiment ran is refused."""
-    import csv
-    import json
-
     from gcl_monai.benchmark.__main__ import main
-
-    def write(name, seeds, rows):
-        folder = tmp_path / name
-        folder.mkdir()
-        (folder / "plan.json").write_text(json.dumps({"preset": {"pretrain_seeds": seeds, "repeats": 3}}))
-        rows = [{**r, "repeat": r["draw"]} for r in rows]
-        with open(folder / "results.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
 
     def pretrained(seed, gcl):  # GCL at 0.5 + gcl + 0.01 d, SimCLR at 0.5 + 0.01 d
         return [_row("gcl", d, 0.5 + gcl + 0.01 * d, seed) for d in range(3)] + [
             _row("simclr", d, 0.5 + 0.01 * d, seed) for d in range(3)
         ]
 
-    write("s0", [0], [_row("random", d, 0.5 + 0.02 * d) for d in range(3)] + pretrained(0, 0.3))
-    write("s1", [1], pretrained(1, 0.05))
-    write("s2", [2], pretrained(2, 0.07))
+    _write_experiment(tmp_path, "s0", [0], [_row("random", d, 0.5 + 0.02 * d) for d in range(3)] + pretrained(0, 0.3))
+    _write_experiment(tmp_path, "s1", [1], pretrained(1, 0.05))
+    _write_experiment(tmp_path, "s2", [2], pretrained(2, 0.07))
     out = tmp_path / "replication"
     argv = ["protocol", "--name", "s0", "--with", "s1", "s2", "--results-dir", str(tmp_path)]
     assert main([*argv, "--pretrain-seeds", "1", "2", "--registration", "gpu-replication", "--out-dir", str(out)]) == 0

@@ -351,8 +351,8 @@ def main_protocol(argv: Sequence[str]) -> int:
         "--registration",
         choices=sorted(REGISTRATIONS),
         default="protocol",
-        help="the registered comparisons: protocol (docs/protocol.md) or gpu-replication (docs/protocol_gpu.md: "
-        "without the positive control)",
+        help="the registered comparisons: protocol (docs/protocol.md, L = 2 primary), protocol-L1 (L = 1 primary, "
+        "when stage B makes it so) or gpu-replication (docs/protocol_gpu.md: without the positive control)",
     )
     parser.add_argument(
         "--with",

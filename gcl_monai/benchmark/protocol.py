@@ -3,9 +3,9 @@ The pre-registered analysis of docs/protocol.md: the primary endpoint and the se
 experiment's ``results.csv``, each a seed-aware interval (:py:mod:`gcl_monai.benchmark.intervals`), each family
 Holm-corrected; "resolved" only for what survives the correction.
 
-A registration names the document that registers an analysis and its comparisons: ``protocol`` (docs/protocol.md)
-or ``gpu-replication`` (docs/protocol_gpu.md: new pre-training seeds of the lent GPUs' comparison, without the
-positive control).
+A registration names the document that registers an analysis and its comparisons: ``protocol`` (docs/protocol.md,
+L = 2 primary), ``protocol-L1`` (the same at L = 1, when stage B makes L = 1 primary) or ``gpu-replication``
+(docs/protocol_gpu.md: new pre-training seeds of the lent GPUs' comparison, without the positive control).
 
 The ``encoder`` scope analyses an experiment with one pre-training seed per method (an exploratory run, such as a
 lent GPU's) in the same families: paired t-intervals over the draws of those encoders
@@ -38,6 +38,7 @@ __all__ = [
     "Registration",
     "analyse",
     "difference_table",
+    "protocol_comparisons",
     "select_pretrain_seeds",
     "write_analysis",
 ]
@@ -54,20 +55,33 @@ class Comparison:
     test_set: str = "test"
 
 
-#: docs/protocol.md: the primary endpoint at L = 2, the rest secondary (one Holm family each)
-PROTOCOL_COMPARISONS = (
+def protocol_comparisons(primary_l: int = 2) -> tuple[Comparison, ...]:
+    """
+    docs/protocol.md as amended (amendment 5): the primary endpoint at the primary L (2, or 1 when stage B makes it
+    primary), GCL − random and GCL − SimCLR; secondary, the positive control − random and SimCLR − random at the same
+    L (one Holm family each). The L that is not primary is not run.
+    """
+    return (
+        Comparison("gcl", "random", primary_l, "primary"),
+        Comparison("gcl", "simclr", primary_l, "primary"),
+        Comparison("supervised_encoder", "random", primary_l),
+        Comparison("simclr", "random", primary_l),
+    )
+
+
+#: docs/protocol.md: the primary endpoint at L = 2 (amendment 5)
+PROTOCOL_COMPARISONS = protocol_comparisons(2)
+
+#: docs/protocol_gpu.md: GCL − random and GCL − SimCLR at L = 2 primary; SimCLR − random at L = 2 and the three at
+#: L = 1 secondary (the lent GPUs' runs have no positive control)
+REPLICATION_COMPARISONS = (
     Comparison("gcl", "random", 2, "primary"),
     Comparison("gcl", "simclr", 2, "primary"),
-    Comparison("supervised_encoder", "random", 2),
     Comparison("simclr", "random", 2),
     Comparison("gcl", "random", 1),
     Comparison("gcl", "simclr", 1),
-    Comparison("supervised_encoder", "random", 1),
     Comparison("simclr", "random", 1),
 )
-
-#: docs/protocol_gpu.md: the protocol's comparisons without the positive control (the lent GPUs' runs have none)
-REPLICATION_COMPARISONS = tuple(c for c in PROTOCOL_COMPARISONS if "supervised_encoder" not in (c.method, c.baseline))
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,7 @@ class Registration:
 
 REGISTRATIONS = {
     "protocol": Registration("docs/protocol.md", PROTOCOL_COMPARISONS),
+    "protocol-L1": Registration("docs/protocol.md, L = 1 primary", protocol_comparisons(1)),
     "gpu-replication": Registration("docs/protocol_gpu.md", REPLICATION_COMPARISONS),
 }
 

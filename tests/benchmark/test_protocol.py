@@ -12,10 +12,13 @@ from gcl_monai.benchmark.experiment import Experiment
 from gcl_monai.benchmark.plan import plan_cells
 from gcl_monai.benchmark.presets import get_preset
 from gcl_monai.benchmark.protocol import (
+    PROTOCOL_COMPARISONS,
+    REPLICATION_COMPARISONS,
     Comparison,
     Design,
     analyse,
     difference_table,
+    protocol_comparisons,
     select_pretrain_seeds,
     write_analysis,
 )
@@ -199,8 +202,8 @@ def test_the_probe_settings_are_not_settings_of_the_training():
 
 
 def test_the_protocol_command_reads_the_design_from_the_experiments_plan(tmp_path, capsys):
-    """An experiment of 2 pre-training seeds x 3 draws at L = 2 only: its L = 2 comparisons are complete, the L = 1
-    ones have no pairs, and the files are written beside results.csv."""
+    """An experiment of 2 pre-training seeds x 3 draws at L = 2 only: its L = 2 comparisons are complete (the control
+    has no pairs), the files are written beside results.csv; registered with L = 1 primary, nothing pairs."""
     from gcl_monai.benchmark.__main__ import main
 
     rows = [_row("random", d, 0.5 + 0.01 * d) for d in range(3)]
@@ -216,11 +219,17 @@ def test_the_protocol_command_reads_the_design_from_the_experiments_plan(tmp_pat
         (r["method"], r["baseline"], r["num_labeled"]): r
         for r in csv.DictReader(open(folder / "protocol_analysis.csv"))
     }
-    assert (
-        analysis[("gcl", "random", "2")]["missing"] == "" and analysis[("gcl", "random", "1")]["missing"] == "no pairs"
-    )
+    assert analysis[("gcl", "random", "2")]["missing"] == ""
     assert analysis[("supervised_encoder", "random", "2")]["missing"] == "no pairs"
     assert "no pairs" in capsys.readouterr().out
+    # amendment 5: L = 1 is registered only as the primary L (protocol-L1), where these rows have no pairs
+    assert not any(key[2] == "1" for key in analysis)
+    assert main(["protocol", "--name", "e", "--results-dir", str(tmp_path), "--registration", "protocol-L1"]) == 0
+    rows = list(csv.DictReader(open(folder / "protocol_analysis.csv")))
+    assert {(r["num_labeled"], r["family"], r["missing"]) for r in rows} == {
+        ("1", "primary", "no pairs"),
+        ("1", "secondary", "no pairs"),
+    }
 
 
 def test_the_protocol_command_joins_the_experiments_of_further_pretraining_seeds(tmp_path):
@@ -280,3 +289,17 @@ def test_the_gpu_replication_analyses_the_new_seeds_without_the_control(tmp_path
     assert not (tmp_path / "s0" / "protocol_analysis.csv").exists()
     with pytest.raises(SystemExit):
         main([*argv, "--pretrain-seeds", "3"])
+
+
+def test_the_amended_protocol_registers_one_l_and_the_replication_keeps_both():
+    """docs/protocol.md amendment 5: two primary and two secondary comparisons at the primary L; docs/protocol_gpu.md
+    (registered before the amendment, on other runs) keeps its six, at L = 2 and 1, without the control."""
+    assert [(c.method, c.baseline, c.num_labeled, c.family) for c in protocol_comparisons(1)] == [
+        ("gcl", "random", 1, "primary"),
+        ("gcl", "simclr", 1, "primary"),
+        ("supervised_encoder", "random", 1, "secondary"),
+        ("simclr", "random", 1, "secondary"),
+    ]
+    assert PROTOCOL_COMPARISONS == protocol_comparisons(2)
+    assert {c.num_labeled for c in REPLICATION_COMPARISONS} == {1, 2} and len(REPLICATION_COMPARISONS) == 6
+    assert not any("supervised_encoder" in (c.method, c.baseline) for c in REPLICATION_COMPARISONS)

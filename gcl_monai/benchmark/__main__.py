@@ -352,7 +352,8 @@ def main_protocol(argv: Sequence[str]) -> int:
         choices=sorted(REGISTRATIONS),
         default="protocol",
         help="the registered comparisons: protocol (docs/protocol.md, L = 2 primary), protocol-L1 (L = 1 primary, "
-        "when stage B makes it so) or gpu-replication (docs/protocol_gpu.md: without the positive control)",
+        "when stage B makes it so), protocol-original (as first registered, before amendment 5) or gpu-replication "
+        "(docs/protocol_gpu.md: without the positive control)",
     )
     parser.add_argument(
         "--with",

@@ -4,8 +4,9 @@ experiment's ``results.csv``, each a seed-aware interval (:py:mod:`gcl_monai.ben
 Holm-corrected; "resolved" only for what survives the correction.
 
 A registration names the document that registers an analysis and its comparisons: ``protocol`` (docs/protocol.md,
-L = 2 primary), ``protocol-L1`` (the same at L = 1, when stage B makes L = 1 primary) or ``gpu-replication``
-(docs/protocol_gpu.md: new pre-training seeds of the lent GPUs' comparison, without the positive control).
+L = 2 primary), ``protocol-L1`` (the same at L = 1, when stage B makes L = 1 primary), ``protocol-original`` (as
+first registered, before amendment 5: the analyses made before it) or ``gpu-replication`` (docs/protocol_gpu.md: new
+pre-training seeds of the lent GPUs' comparison, without the positive control).
 
 The ``encoder`` scope analyses an experiment with one pre-training seed per method (an exploratory run, such as a
 lent GPU's) in the same families: paired t-intervals over the draws of those encoders
@@ -28,6 +29,7 @@ from gcl_monai.benchmark.intervals import SeedAwareDifference, encoder_differenc
 from gcl_monai.benchmark.report import finished_row, markdown_table
 
 __all__ = [
+    "ORIGINAL_PROTOCOL_COMPARISONS",
     "PROTOCOL_COMPARISONS",
     "PROTOCOL_DESIGN",
     "REGISTRATIONS",
@@ -72,6 +74,17 @@ def protocol_comparisons(primary_l: int = 2) -> tuple[Comparison, ...]:
 #: docs/protocol.md: the primary endpoint at L = 2 (amendment 5)
 PROTOCOL_COMPARISONS = protocol_comparisons(2)
 
+#: docs/protocol.md as first registered, before amendment 5 (the analyses made before it: gpu-default_acdc's)
+ORIGINAL_PROTOCOL_COMPARISONS = (
+    *PROTOCOL_COMPARISONS[:2],
+    Comparison("supervised_encoder", "random", 2),
+    Comparison("simclr", "random", 2),
+    Comparison("gcl", "random", 1),
+    Comparison("gcl", "simclr", 1),
+    Comparison("supervised_encoder", "random", 1),
+    Comparison("simclr", "random", 1),
+)
+
 #: docs/protocol_gpu.md: GCL − random and GCL − SimCLR at L = 2 primary; SimCLR − random at L = 2 and the three at
 #: L = 1 secondary (the lent GPUs' runs have no positive control)
 REPLICATION_COMPARISONS = (
@@ -95,6 +108,7 @@ class Registration:
 REGISTRATIONS = {
     "protocol": Registration("docs/protocol.md", PROTOCOL_COMPARISONS),
     "protocol-L1": Registration("docs/protocol.md, L = 1 primary", protocol_comparisons(1)),
+    "protocol-original": Registration("docs/protocol.md as first registered", ORIGINAL_PROTOCOL_COMPARISONS),
     "gpu-replication": Registration("docs/protocol_gpu.md", REPLICATION_COMPARISONS),
 }
 

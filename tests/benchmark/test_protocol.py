@@ -12,6 +12,7 @@ from gcl_monai.benchmark.experiment import Experiment
 from gcl_monai.benchmark.plan import plan_cells
 from gcl_monai.benchmark.presets import get_preset
 from gcl_monai.benchmark.protocol import (
+    ORIGINAL_PROTOCOL_COMPARISONS,
     PROTOCOL_COMPARISONS,
     REPLICATION_COMPARISONS,
     Comparison,
@@ -301,5 +302,8 @@ def test_the_amended_protocol_registers_one_l_and_the_replication_keeps_both():
         ("simclr", "random", 1, "secondary"),
     ]
     assert PROTOCOL_COMPARISONS == protocol_comparisons(2)
+    # as first registered (the analyses made before the amendment are reproduced with it): eight, at L = 2 and 1
+    assert len(ORIGINAL_PROTOCOL_COMPARISONS) == 8 and ORIGINAL_PROTOCOL_COMPARISONS[:4] == PROTOCOL_COMPARISONS
+    assert set(REPLICATION_COMPARISONS) < set(ORIGINAL_PROTOCOL_COMPARISONS)
     assert {c.num_labeled for c in REPLICATION_COMPARISONS} == {1, 2} and len(REPLICATION_COMPARISONS) == 6
     assert not any("supervised_encoder" in (c.method, c.baseline) for c in REPLICATION_COMPARISONS)

@@ -10,7 +10,8 @@ schedule of the configured epochs, from scratch (no resume), and writes into ``-
 (per meta label: image-wise and pixel-wise loss trajectories against chance ln(2B - 1), ``std/img``, the mean
 pairwise cosine of the image embeddings, GradMitigator's gradient cosines, EMA targets and how often it changed a
 gradient, the verdict collapsed / stalled / training, and the label-free measures of the representation at the end:
-effective rank, alignment and uniformity), ``summary.json``, ``trajectory.csv`` and ``curves.png``.
+effective rank, alignment and uniformity; how many positives of another image each meta label gives an anchor in a
+batch), ``summary.json``, ``trajectory.csv`` and ``curves.png``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from monai.bundle import ConfigWorkflow
 
 from gcl_monai.diagnose.embeddings import representation_measures
+from gcl_monai.diagnose.positives import meta_label_positives
 from gcl_monai.diagnose.recorder import TrajectoryRecorder
 from gcl_monai.diagnose.summary import summarise, write_diagnosis
 from gcl_monai.handlers import RepresentationCollapse
@@ -86,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     if stopped:
         summary.verdict = "collapsed (" + summary.verdict + ")"
     summary.representation = representation_measures(trainer)
+    table = getattr(getattr(trainer.data_loader, "dataset", None), "slice_table", None)
+    if table is not None:  # the bundles' shuffled DataLoader over a SliceDataset
+        summary.positives = meta_label_positives(table, trainer.meta_labels, summary.batch_size)
     if "probe_dice" in trainer.state.metrics:  # the bundle's probe handler (--probe_interval N) ran
         summary.representation["probe_dice"] = float(trainer.state.metrics["probe_dice"])
     header = f"# Diagnosis: {args.config_file}\n\nOverrides: `{' '.join(extra) or 'none'}`\n\n{stopped}"

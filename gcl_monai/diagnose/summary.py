@@ -44,6 +44,7 @@ class DiagnosisSummary:
     mean_drop: float = math.nan
     reference: dict[str, float] = field(default_factory=dict)
     representation: dict[str, float] = field(default_factory=dict)
+    positives: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_markdown(self) -> str:
         """The summary as markdown tables."""
@@ -85,6 +86,17 @@ class DiagnosisSummary:
                 lines.append(
                     f"Probe Dice at the last evaluation (gcl_monai.probe, cross-validated): {r['probe_dice']:.3f}."
                 )
+        if self.positives:
+            lines += [
+                "",
+                f"Positives of another image per anchor in a batch of {self.batch_size} (expected, "
+                "`gcl_monai.diagnose.positives`; without one, a meta label's loss is SimCLR's for that anchor):",
+                "",
+                "| meta label | other images with the anchor's label | anchors with at least one |",
+                "|---|---|---|",
+            ]
+            for name, s in self.positives.items():
+                lines.append(f"| {name} | {s['mean']:.2f} | {s['share']:.0%} |")
         if self.pairs:
             lines += [
                 "",

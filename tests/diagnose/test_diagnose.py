@@ -125,6 +125,10 @@ def test_diagnose_end_to_end_on_the_phantom(tmp_path, capsys):
     assert n % 4 == 0 and 1 <= rep["rank/img"] <= min(n, rep["dim/img"]) and 1 <= rep["rank/features"] <= 16
     assert 0 <= rep["alignment/img"] <= 4 and -4 <= rep["uniformity/img"] <= 0
     assert "effective rank (RankMe)" in (out / "report.md").read_text()
+    positives = summary["positives"]
+    assert set(positives) == {"patient_id", "slice_quantile", "organ_state"}
+    assert all(0 <= p["share"] <= 1 and 0 <= p["mean"] <= 3 for p in positives.values())
+    assert "anchors with at least one" in (out / "report.md").read_text()
 
 
 ACDC = Path(os.environ.get("GCL_DATA_ROOT", REPO.parent / "shared" / "data")) / "acdc"
@@ -201,3 +205,22 @@ def test_label_free_measures_by_hand():
     assert alignment(z, z) == 0.0 and alignment(z, -z) == pytest.approx(4.0)
     # two orthogonal unit vectors: squared distance 2, log exp(-2 * 2) = -4; all identical: 0
     assert uniformity(z) == pytest.approx(-4.0) and uniformity(torch.ones(5, 3)) == pytest.approx(0.0)
+
+
+def test_positives_per_anchor_by_hand():
+    """Labels a a b b b c, batches of 3 (2 other images out of 5): group a finds its other one with probability
+    1 - C(4,2)/C(5,2) = 0.4 (mean 2 * 1/5), group b 1 - C(3,2)/C(5,2) = 0.7 (mean 2 * 2/5), c never; averaged over
+    the 6 anchors."""
+    from gcl_monai.data.slice_dataset import SliceRecord
+    from gcl_monai.diagnose.positives import batch_positives, meta_label_positives
+
+    got = batch_positives(list("aabbbc"), 3)
+    assert got["mean"] == pytest.approx((2 * 0.4 + 3 * 0.8) / 6)
+    assert got["share"] == pytest.approx((2 * 0.4 + 3 * 0.7) / 6)
+    with pytest.raises(ValueError, match="batch 7"):
+        batch_positives(list("aabbbc"), 7)
+    table = [SliceRecord(v, s, p, q, -1) for v, (s, p, q) in enumerate([(0, 0, 0), (1, 0, 1), (0, 1, 0), (1, 1, 1)])]
+    positives = meta_label_positives(table, [None, "patient_id", "slice_quantile", "organ_state"], 2)
+    # SimCLR (None) has no meta label, organ_state is absent (-1); one other image out of 3, each label pairs two
+    assert set(positives) == {"patient_id", "slice_quantile"}
+    assert positives["patient_id"] == pytest.approx({"mean": 1 / 3, "share": 1 / 3})

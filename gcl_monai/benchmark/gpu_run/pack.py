@@ -47,9 +47,9 @@ ARCHIVE = "run.tgz"
 REPORT = "report.md"
 #: suffix, inside the archive, of a checkpoint whose floating-point tensors were stored as bfloat16
 BF16_SUFFIX = ".bf16"
-#: the files of the comparison's folder that :py:func:`collect` copies (what docs/results keeps of an experiment)
 #: the collected files whose text may name the device's checkout
 _TEXT_SUFFIXES = (".md", ".json", ".csv", ".log")
+#: the files of the comparison's folder that :py:func:`collect` copies (what docs/results keeps of an experiment)
 COLLECTED = (
     "results.csv",
     "table.md",

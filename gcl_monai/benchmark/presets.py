@@ -312,7 +312,15 @@ CPU_PROTOCOL = CPU_MINI.replace(
     finetune={"epochs": 20, "iterations_per_epoch": 50, "val_interval": 5, "labeled_pool": "train+pretrain"},
 )
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (CPU_MINI, CPU_ABLATION, CPU_SEMI, CPU_PROTOCOL, PAPER, PAPER_SEMI)}
+#: docs/protocol_prostate.md: the same design on the 31 NCI-ISBI prostate cases: 13 pre-training, 4 in the fine-tuning
+#: pool (labelled cases are drawn from all 17 training cases), 6 validation, 8 test
+CPU_PROTOCOL_PROSTATE = CPU_PROTOCOL.replace(
+    name="cpu-protocol-prostate", common={"num_pretrain": 13, "num_val": 6, "num_test": 8}
+)
+
+PRESETS: dict[str, Preset] = {
+    p.name: p for p in (CPU_MINI, CPU_ABLATION, CPU_SEMI, CPU_PROTOCOL, CPU_PROTOCOL_PROSTATE, PAPER, PAPER_SEMI)
+}
 
 
 def get_preset(name: str) -> Preset:

@@ -307,3 +307,16 @@ def test_the_amended_protocol_registers_one_l_and_the_replication_keeps_both():
     assert set(REPLICATION_COMPARISONS) < set(ORIGINAL_PROTOCOL_COMPARISONS)
     assert {c.num_labeled for c in REPLICATION_COMPARISONS} == {1, 2} and len(REPLICATION_COMPARISONS) == 6
     assert not any("supervised_encoder" in (c.method, c.baseline) for c in REPLICATION_COMPARISONS)
+
+
+def test_the_prostate_preset_keeps_the_design_and_changes_the_split():
+    """docs/protocol_prostate.md: the 31 cases as 13 pre-training + 4 pool + 6 validation + 8 test; methods, seeds,
+    draws and fine-tuning as the ACDC protocol's."""
+    acdc, prostate = get_preset("cpu-protocol"), get_preset("cpu-protocol-prostate")
+    split = {k: prostate.common[k] for k in ("num_pretrain", "num_val", "num_test")}
+    assert split == {"num_pretrain": 13, "num_val": 6, "num_test": 8} and 31 - sum(split.values()) == 4
+    same = ("methods", "num_labeled", "repeats", "pretrain_seeds", "pretrain", "finetune")
+    assert all(getattr(prostate, f) == getattr(acdc, f) for f in same)
+    assert {k: v for k, v in prostate.common.items() if k not in split} == {
+        k: v for k, v in acdc.common.items() if k not in split
+    }

@@ -37,13 +37,14 @@ from gcl_monai.data.splits import (
 )
 
 # imported on first use: the phantom (so `python -m gcl_monai.data.phantom` runs it only once) and the slice
-# dataset and its device batches (torch-heavy)
+# dataset, its device batches and its sampler (torch-heavy)
 _LAZY_EXPORTS = {
     "generate_acdc_phantom": "phantom",
     "synthesize_patient": "phantom",
     "SliceDataset": "slice_dataset",
     "SliceRecord": "slice_dataset",
     "DeviceSliceBatches": "device_batches",
+    "GroupedSampler": "samplers",
 }
 
 
@@ -74,6 +75,7 @@ __all__ = [
     "LABELED_POOLS",
     "DatalistError",
     "DeviceSliceBatches",
+    "GroupedSampler",
     "SliceDataset",
     "SliceRecord",
     "assign_patient_ids",

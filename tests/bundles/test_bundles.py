@@ -678,3 +678,16 @@ def test_fine_tuning_with_the_slices_on_the_device_reads_no_value_per_iteration(
     else:
         assert reads.count >= iterations, reads.count
         assert len(scalars["train_loss"][1]) == iterations
+
+
+def test_slices_per_patient_groups_the_pretraining_batches(tmp_path):
+    """--slices_per_patient 2: the bundle's loader reads batches of 2 patients x 2 slices (default 1: shuffled)."""
+    wf = _run("pretrain.json", "pretrain", tmp_path, **TINY, slices_per_patient=2)
+    loader = wf.parser.get_parsed_content("train#dataloader")
+    assert type(loader.sampler).__name__ == "GroupedSampler"
+    for batch in loader:
+        patients = batch["patient_id"].view(-1).tolist()
+        assert patients[0::2] == patients[1::2]
+    with pytest.raises(RuntimeError) as refused:  # MONAI's config wraps the sampler's ValueError
+        _run("pretrain.json", "pretrain", tmp_path / "odd", **TINY, slices_per_patient=3)
+    assert "batch size (4) must be a multiple of the slices per group (3)" in str(refused.value.__cause__)

@@ -67,12 +67,6 @@ class GroupedSampler(Sampler[int]):
         self.group_size, self.num_replicas, self.rank = group_size, num_replicas, rank
         self.num_groups = sum(len(m) // group_size for m in self.members) // num_replicas
 
-    @classmethod
-    def from_dataset(cls, dataset, key: str = "patient_id", group_size: int = 2, **kwargs) -> GroupedSampler:
-        """The sampler of a :py:class:`gcl_monai.data.SliceDataset`, grouped by the meta label ``key`` of its
-        :py:attr:`~gcl_monai.data.SliceDataset.slice_table`."""
-        return cls([getattr(row, key) for row in dataset.slice_table], group_size, **kwargs)
-
     def __iter__(self) -> Iterator[int]:
         k = self.group_size
         groups = []

@@ -335,7 +335,7 @@ def test_multi_gpu_overrides(bundle):
     ]
 
 
-def _pretrain_bundle(launcher: list[str], config_file: str, work_dir: Path, epochs: int) -> None:
+def _pretrain_bundle(launcher: list[str], config_file: str, work_dir: Path, epochs: int, **extra: str) -> None:
     tiny = {
         "--work_dir": str(work_dir),
         "--num_patients": "6",
@@ -346,6 +346,7 @@ def _pretrain_bundle(launcher: list[str], config_file: str, work_dir: Path, epoc
         "--features": "[4,4,8,8,16,4]",
         "--batch_size": "4",
         "--epochs": str(epochs),
+        **{f"--{k}": v for k, v in extra.items()},
     }
     cmd = [sys.executable, *launcher, "-m", "monai.bundle", "run", "pretrain", "--config_file", config_file]
     cmd += [x for item in tiny.items() for x in item]
@@ -370,6 +371,18 @@ def test_two_rank_bundle_pretraining_resumes_in_one_process(tmp_path):
     assert full > per_rank
     assert second["trainer"]["iteration"] == 2 * full
     assert second["mitigator"]["step"] == per_rank + full
+
+
+def test_two_ranks_read_disjoint_halves_of_one_grouped_order(tmp_path):
+    """--slices_per_patient under torchrun: multi_gpu_pretrain.json gives each rank a GroupedSampler of its own
+    rank. The phantom's 3 pre-training patients have 24, 22 and 16 slices: 5 groups of 10, so each rank reads 2
+    (2 batches of 10); a DistributedSampler would give each rank 31 slices (3 batches), one process 5."""
+    configs = "bundles/gcl_demo/configs/"
+    torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}"]
+    files = f"['{configs}pretrain.json','{configs}multi_gpu_pretrain.json']"
+    _pretrain_bundle(torchrun, files, tmp_path, epochs=1, slices_per_patient="10", batch_size="10")
+    checkpoint = torch.load(tmp_path / "pretrain" / "gcl" / "checkpoint_epoch=1.pt", weights_only=False)
+    assert checkpoint["trainer"]["epoch_length"] == 2
 
 
 def _semi_supervised_worker(rank: int, port: int, semi_supervised: str, out_dir: str) -> None:

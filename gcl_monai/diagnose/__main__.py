@@ -25,6 +25,7 @@ from pathlib import Path
 
 from monai.bundle import ConfigWorkflow
 
+from gcl_monai.data import GroupedSampler
 from gcl_monai.diagnose.embeddings import representation_measures
 from gcl_monai.diagnose.positives import meta_label_positives
 from gcl_monai.diagnose.recorder import TrajectoryRecorder
@@ -89,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         summary.verdict = "collapsed (" + summary.verdict + ")"
     summary.representation = representation_measures(trainer)
     table = getattr(getattr(trainer.data_loader, "dataset", None), "slice_table", None)
-    if table is not None:  # the bundles' shuffled DataLoader over a SliceDataset
+    if isinstance(getattr(trainer.data_loader, "sampler", None), GroupedSampler):
+        logger.info("positives per batch: not reported, the batches are grouped (--slices_per_patient), not uniform")
+    elif table is not None:  # the bundles' shuffled DataLoader over a SliceDataset
         summary.positives = meta_label_positives(table, trainer.meta_labels, summary.batch_size)
     if "probe_dice" in trainer.state.metrics:  # the bundle's probe handler (--probe_interval N) ran
         summary.representation["probe_dice"] = float(trainer.state.metrics["probe_dice"])

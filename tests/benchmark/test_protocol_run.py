@@ -1,0 +1,99 @@
+"""benchmarks/protocol_run.sh, the protocol's driver: the commands it runs in order and stage B's rule, with a
+stand-in for ``python -m gcl_monai.benchmark`` that logs each call and writes stage B's validation analysis."""
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
+
+# the stand-in: `python -` (the driver's rule) is the real Python; a `protocol --test-set val` call writes the
+# control's row of the validation analysis with the interval's lower bound that CONTROL_LOW gives for its L
+STAND_IN = f"""#!{sys.executable}
+import os, subprocess, sys
+args = sys.argv[1:]
+if args[:1] == ["-"]:
+    sys.exit(subprocess.run([{sys.executable!r}, *args]).returncode)
+with open(os.environ["CALLS"], "a") as log:
+    log.write(" ".join(args[2:]) + "\\n")
+if "--test-set" in args:
+    name = args[args.index("--name") + 1]
+    l = name.split("-L")[1].split("_")[0]
+    low = dict(item.split("=") for item in os.environ["CONTROL_LOW"].split(","))[l]
+    folder = os.path.join(args[args.index("--results-dir") + 1], name)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "protocol_analysis_val.csv"), "w") as f:
+        f.write("method,num_labeled,low,missing\\nrandom,%s,,\\nsupervised_encoder,%s,%s,\\n" % (l, l, low))
+"""
+
+
+def _drive(tmp_path, control_low: str, recipe: str | None = "default") -> tuple[list[str], str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python"
+    python.write_text(STAND_IN)
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls.txt")}
+    env["CONTROL_LOW"] = control_low
+    env.pop("RECIPE", None)
+    if recipe is not None:
+        env["RECIPE"] = recipe
+    cmd = ["bash", "docs/results/protocol_prostate/run.sh", "DATA", str(tmp_path / "results")]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    return [" ".join(a for a in c.split() if a != str(tmp_path / "results")) for c in calls], proc.stdout
+
+
+BASE = "--preset cpu-protocol-prostate --data prostate --data-root DATA --results-dir --jobs 2"
+CONTROL = "--methods random supervised_encoder --pretrain-seeds 0 1"
+STAGE_B2 = [
+    f"{BASE} {CONTROL} --num-labeled 2 --name protocol-stageB-L2_prostate",
+    "protocol --results-dir --name protocol-stageB-L2_prostate --test-set val --registration protocol",
+]
+
+
+def test_a_resolved_control_at_l2_runs_stage_c_there_then_assembles_and_analyses(tmp_path):
+    calls, _ = _drive(tmp_path, "2=0.01,1=0.05", recipe="--pretrain-set epochs=36")
+    recipe = "--pretrain-set epochs=36"
+    assert calls == STAGE_B2 + [
+        f"{BASE} --num-labeled 2 --name protocol-stageC-L2_prostate {recipe}"
+        " --pretrain-from protocol-stageB-L2_prostate --finetune-from protocol-stageB-L2_prostate",
+        "protocol --results-dir --name protocol-stageC-L2_prostate --registration protocol",
+        f"{BASE} --num-labeled 2 --name cpu-protocol_prostate {recipe} --pretrain-from protocol-stageC-L2_prostate"
+        " --finetune-from protocol-stageC-L2_prostate",
+        "protocol --results-dir --name cpu-protocol_prostate --registration protocol",
+    ]
+
+
+def test_an_unresolved_control_at_l2_moves_to_l1_and_l1_becomes_primary(tmp_path):
+    calls, _ = _drive(tmp_path, "2=-0.01,1=0.02")
+    assert calls[:2] == STAGE_B2
+    assert calls[2].endswith(
+        "--num-labeled 1 --name protocol-stageB-L1_prostate --pretrain-from protocol-stageB-L2_prostate"
+    )
+    assert calls[3].endswith("--name protocol-stageB-L1_prostate --test-set val --registration protocol-L1")
+    assert calls[4].endswith(
+        "--num-labeled 1 --name protocol-stageC-L1_prostate --pretrain-from protocol-stageB-L2_prostate"
+        " --finetune-from protocol-stageB-L1_prostate"
+    )
+    assert (
+        calls[-1] == "protocol --results-dir --name cpu-protocol_prostate --registration protocol-L1"
+        and len(calls) == 8
+    )
+
+
+@pytest.mark.parametrize(
+    "control_low, recipe, said, runs",
+    [
+        ("2=-0.01,1=-0.02", "default", "the control is resolved at neither L; the protocol stops here", 4),
+        ("2=0.01,1=0.05", None, "Stage B done (primary L = 2). Stage C needs RECIPE", 2),
+    ],
+)
+def test_the_driver_stops_where_the_protocol_says(tmp_path, control_low, recipe, said, runs):
+    calls, out = _drive(tmp_path, control_low, recipe)
+    assert said in out and len(calls) == runs

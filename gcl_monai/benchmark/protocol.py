@@ -29,6 +29,7 @@ from gcl_monai.benchmark.intervals import SeedAwareDifference, encoder_differenc
 from gcl_monai.benchmark.report import finished_row, markdown_table
 
 __all__ = [
+    "GOALS",
     "ORIGINAL_PROTOCOL_COMPARISONS",
     "PROTOCOL_COMPARISONS",
     "PROTOCOL_DESIGN",
@@ -40,6 +41,7 @@ __all__ = [
     "Registration",
     "analyse",
     "difference_table",
+    "goal_reading",
     "protocol_comparisons",
     "select_pretrain_seeds",
     "write_analysis",
@@ -48,13 +50,32 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Comparison:
-    """``method - baseline`` at ``num_labeled`` on ``test_set``, in the ``primary`` or ``secondary`` family."""
+    """``method - baseline`` at ``num_labeled`` on ``test_set``, in the ``primary`` or ``secondary`` family; ``goal``:
+    the project's goal for the difference, where one is registered (read by :func:`goal_reading`)."""
 
     method: str
     baseline: str
     num_labeled: int
     family: str = "secondary"
     test_set: str = "test"
+    goal: float | None = None
+
+
+#: the project's goals for the primary endpoint (issue 32; docs/protocol.md, docs/protocol_gpu.md)
+GOALS = {("gcl", "random"): 0.05, ("gcl", "simclr"): 0.02}
+
+
+def goal_reading(goal: float | None, difference: SeedAwareDifference | None) -> str:
+    """
+    A goal read against an interval (docs/protocol_gpu.md, docs/protocol.md amendment 6): ``met`` when the lower
+    bound is at or above the goal, ``excluded`` when the upper bound is below it, ``open`` otherwise; "" without a
+    goal or an interval.
+    """
+    if goal is None or difference is None or not math.isfinite(difference.low):
+        return ""
+    if difference.low >= goal:
+        return "met"
+    return "excluded" if difference.high < goal else "open"
 
 
 def protocol_comparisons(primary_l: int = 2) -> tuple[Comparison, ...]:
@@ -64,8 +85,8 @@ def protocol_comparisons(primary_l: int = 2) -> tuple[Comparison, ...]:
     L (one Holm family each). The L that is not primary is not run.
     """
     return (
-        Comparison("gcl", "random", primary_l, "primary"),
-        Comparison("gcl", "simclr", primary_l, "primary"),
+        Comparison("gcl", "random", primary_l, "primary", goal=GOALS["gcl", "random"]),
+        Comparison("gcl", "simclr", primary_l, "primary", goal=GOALS["gcl", "simclr"]),
         Comparison("supervised_encoder", "random", primary_l),
         Comparison("simclr", "random", primary_l),
     )
@@ -178,7 +199,8 @@ def analyse(
     """
     One dict per comparison: the difference (``scope`` ``method``: seed-aware; ``encoder``: over the draws of one
     seed's encoders, for a ``design`` of one seed), ``missing`` (what its table lacks of ``design``; "" when
-    complete), the Holm-adjusted p within its family and ``resolved``.
+    complete), the Holm-adjusted p within its family, ``resolved`` and its ``direction`` (``above`` or ``below``
+    0), and, for a complete comparison with a registered goal, ``goal_reading`` (:func:`goal_reading`).
 
     Holm's correction runs over every comparison registered in the family, an incomplete one counted with p = 1: it
     cannot be rejected, and the family keeps its registered size (a family analysed before all its runs are done
@@ -205,14 +227,18 @@ def analyse(
         reject, adjusted = holm(p_values)
         for r, rej, adj in zip(members, reject, adjusted):
             r.update(p_holm=adj, resolved=rej and not r["missing"])
+    for r in results:
+        d = r["difference"]
+        r["direction"] = ("above" if d.mean > 0 else "below") if r["resolved"] else ""
+        r["goal_reading"] = "" if r["missing"] else goal_reading(r["comparison"].goal, d)
     return results
 
 
 def _row(result: Mapping[str, Any]) -> dict[str, Any]:
     c: Comparison = result["comparison"]
     d: SeedAwareDifference | None = result["difference"]
-    base = {**asdict(c)}
-    verdict = {"p_holm": result["p_holm"], "resolved": result["resolved"], "missing": result["missing"]}
+    base = {k: ("" if v is None else v) for k, v in asdict(c).items()}
+    verdict = {k: result[k] for k in ("p_holm", "resolved", "direction", "missing", "goal_reading")}
     if d is None:
         return {**base, "mean": "", "low": "", "high": "", "p": "", **verdict}
     return {**base, **asdict(d), **verdict}
@@ -254,19 +280,22 @@ def write_analysis(
     body = []
     for r in results:
         c, d = r["comparison"], r["difference"]
-        verdict = r["missing"] or ("**resolved**" if r["resolved"] else "not resolved")
+        verdict = r["missing"] or (f"**resolved {r['direction']}**" if r["resolved"] else "not resolved")
+        goal = "" if c.goal is None else f"{c.goal:+.2f}: {r['goal_reading'] or '–'}"
         holm_p = f"{r['p_holm']:.3g}"
         body.append(
             [c.family, f"{c.method} − {c.baseline}", str(c.num_labeled), str(d) if d else "no pairs", holm_p, verdict]
+            + [goal]
         )
     lines = [
         f"# {title}, `{test_set}` rows",
         "",
         f"{intervals}; Holm within each family, over every comparison registered in it (one not complete counts "
-        "with p = 1 and is not resolved).",
+        "with p = 1 and is not resolved). Goal: the project's goal for the difference, met when the lower bound is "
+        "at or above it, excluded when the upper bound is below it, open otherwise.",
         "",
     ]
-    lines += markdown_table(["family", "comparison", "L", "difference", "Holm p", "verdict"], body)
+    lines += markdown_table(["family", "comparison", "L", "difference", "Holm p", "verdict", "goal"], body)
     md_path = Path(folder) / f"{stem}.md"
     md_path.write_text("\n".join(lines) + "\n")
     return csv_path, md_path

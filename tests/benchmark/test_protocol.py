@@ -76,17 +76,64 @@ def test_analysis_holm_corrects_within_each_family(tmp_path):
         ]
         rows += [_row("simclr", d, rows[d]["dice"] + shift + rng.normal(0, 0.01), pretrain_seed=s) for d in range(8)]
     comparisons = [
-        Comparison("gcl", "random", 2, "primary"),
-        Comparison("gcl", "simclr", 2, "primary"),
+        Comparison("gcl", "random", 2, "primary", goal=0.05),
+        Comparison("gcl", "simclr", 2, "primary", goal=0.02),
         Comparison("simclr", "random", 2),
     ]
     results = analyse(rows, comparisons)
     primary = [r for r in results if r["comparison"].family == "primary"]
-    assert all(r["resolved"] for r in primary)
+    assert all(r["resolved"] and r["direction"] == "above" for r in primary)
     assert all(r["p_holm"] >= r["difference"].p for r in primary)
     assert results[2]["resolved"] is False and results[2]["p_holm"] == pytest.approx(results[2]["difference"].p)
+    # gcl − random +0.080 [+0.044, +0.116]: the goal +0.05 inside, open; gcl − simclr +0.078 [+0.047, +0.108]: met
+    assert [round(r["difference"].low, 3) for r in primary] == [0.044, 0.047]
+    assert [r["goal_reading"] for r in results] == ["open", "met", ""]
     csv_path, md_path = write_analysis(results, tmp_path)
-    assert "**resolved**" in md_path.read_text() and csv_path.read_text().count("\n") == 4
+    md = md_path.read_text()
+    assert md.count("**resolved above**") == 2 and "| +0.05: open |" in md and "| +0.02: met |" in md
+    assert csv_path.read_text().count("\n") == 4
+    written = list(csv.DictReader(csv_path.open()))
+    assert [(r["goal"], r["goal_reading"], r["direction"]) for r in written] == [
+        ("0.05", "open", "above"),
+        ("0.02", "met", "above"),
+        ("", "", ""),
+    ]
+
+
+def test_a_goal_is_met_excluded_or_open_by_the_interval_and_the_protocol_registers_the_goals():
+    """docs/protocol_gpu.md: met when the lower bound is at or above the goal, excluded when the upper bound is below
+    it, open otherwise; the protocol's primary comparisons carry the project's goals, the secondary none."""
+    from gcl_monai.benchmark.intervals import SeedAwareDifference
+    from gcl_monai.benchmark.protocol import GOALS, goal_reading, protocol_comparisons
+
+    def interval(low, high):
+        return SeedAwareDifference((low + high) / 2, low, high, 10.0, 0.01, 3, 8, 0.0, 0.0, 0.0)
+
+    assert goal_reading(0.05, interval(0.05, 0.09)) == "met"
+    assert goal_reading(0.05, interval(0.049, 0.09)) == "open"
+    assert goal_reading(0.05, interval(-0.02, 0.049)) == "excluded"
+    assert goal_reading(0.02, interval(-0.03, -0.01)) == "excluded"
+    assert goal_reading(None, interval(0.1, 0.2)) == "" and goal_reading(0.05, None) == ""
+    nan = float("nan")
+    assert goal_reading(0.05, SeedAwareDifference(0.1, nan, nan, nan, nan, 1, 1, 0.0, 0.0, 0.0)) == ""
+    for primary_l in (1, 2):
+        goals = {(c.method, c.baseline, c.family): c.goal for c in protocol_comparisons(primary_l)}
+        assert goals == {
+            ("gcl", "random", "primary"): 0.05,
+            ("gcl", "simclr", "primary"): 0.02,
+            ("supervised_encoder", "random", "secondary"): None,
+            ("simclr", "random", "secondary"): None,
+        }
+    assert GOALS == {("gcl", "random"): 0.05, ("gcl", "simclr"): 0.02}
+
+
+def test_a_comparison_resolved_below_zero_says_so(tmp_path):
+    rows = [_row("random", d, 0.6 + 0.01 * d) for d in range(8)]
+    rows += [_row("gcl", d, 0.5 + 0.01 * d + 0.002 * (s - d % 3), pretrain_seed=s) for s in range(3) for d in range(8)]
+    (result,) = analyse(rows, [Comparison("gcl", "random", 2, "primary", goal=0.05)])
+    assert result["resolved"] and result["direction"] == "below" and result["goal_reading"] == "excluded"
+    _, md_path = write_analysis([result], tmp_path)
+    assert "**resolved below**" in md_path.read_text()
 
 
 def _fix_p_values(p_of, monkeypatch):

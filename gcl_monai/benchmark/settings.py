@@ -72,6 +72,7 @@ ADDED_LATER: dict[str, Any] = {
     "dice_batch": False,
     "keep_largest_component": False,
     "float32_matmul_precision": "highest",
+    "slices_per_patient": 1,
 }
 
 #: settings that never change what is trained: the frozen-encoder probe of a pre-training (``probe_*``, its handler

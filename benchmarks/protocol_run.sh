@@ -6,6 +6,8 @@
 # DATA: acdc or prostate; PRESET: its protocol preset (cpu-protocol, cpu-protocol-prostate). RECIPE: GCL's recipe
 # and length as stage A chose them (the amendment that commits it); "default" for the bundles' default; unset: stop
 # after stage B (stage C waits for stage A's choice). docs/results/protocol_<DATA>/run.sh holds each dataset's call.
+# On a new machine, restore the records kept in docs/results/protocol_<DATA>/kept first (its README); REMAKE_ENCODERS=1
+# then also pre-trains again the encoders that stayed on the old machine (for the test-split probe).
 set -eu
 if [ $# -lt 2 ]; then
   echo "usage: $0 DATA PRESET [DATA_ROOT] [RESULTS_DIR]" >&2
@@ -15,6 +17,7 @@ DATA=$1 PRESET=$2
 ROOT=${3:-${GCL_DATA_ROOT:-../shared/data}}
 RESULTS=${4:-results}
 B="python -m gcl_monai.benchmark --preset $PRESET --data $DATA --data-root $ROOT --results-dir $RESULTS --jobs ${JOBS:-2}"
+B="$B${REMAKE_ENCODERS:+ --remake-encoders}"
 A="python -m gcl_monai.benchmark protocol --results-dir $RESULTS"
 CONTROL="--methods random supervised_encoder --pretrain-seeds 0 1"
 registration() {  # L: the registered comparisons when L is primary
@@ -43,10 +46,11 @@ else
 fi
 [ -n "${RECIPE:-}" ] || { echo "Stage B done (primary L = $primary). Stage C needs RECIPE (stage A's choice)."; exit 0; }
 [ "$RECIPE" = default ] && RECIPE=""
-# stage C at the primary L, taking stage B's cells over; then the assembled experiment and the registered analysis
+# stage C at the primary L, taking stage B's cells over, and its registered analysis; cpu-protocol_<DATA> is stage C
+# (amendment 5): its records kept under that name, analysed the same way
 C="protocol-stageC-L${primary}_$DATA"
 $B --num-labeled "$primary" --name "$C" $RECIPE --pretrain-from "protocol-stageB-L2_$DATA" \
   --finetune-from "protocol-stageB-L${primary}_$DATA"
 $A --name "$C" --registration "$(registration "$primary")"
-$B --num-labeled "$primary" --name "cpu-protocol_$DATA" $RECIPE --pretrain-from "$C" --finetune-from "$C"
+python -m gcl_monai.benchmark keep "$RESULTS/$C" "$RESULTS/cpu-protocol_$DATA"
 $A --name "cpu-protocol_$DATA" --registration "$(registration "$primary")"

@@ -8,6 +8,8 @@ Command line of the benchmark harness::
     python -m gcl_monai.benchmark compare --names cpu-semi_acdc cpu-semi-w10_acdc --baseline random
     python -m gcl_monai.benchmark protocol --name cpu-protocol_acdc
     python -m gcl_monai.benchmark gpu-run --out "$OUT"          # on a lent GPU machine (docs/gpu_run.md)
+    python -m gcl_monai.benchmark keep results/cpu-protocol_acdc docs/results/protocol_acdc/kept/cpu-protocol_acdc
+    python -m gcl_monai.benchmark restore docs/results/protocol_acdc/kept/cpu-protocol_acdc results/cpu-protocol_acdc
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def run_parser() -> argparse.ArgumentParser:
         description="Run the paper's protocol through the bundles: pre-train each method, fine-tune with L labelled "
         "patients over paired draws, test Dice; write results.csv, table.md and plots under RESULTS_DIR/NAME. "
         f"Other commands: '{PROG} tsne --help', '{PROG} report --help', '{PROG} compare --help', "
-        f"'{PROG} protocol --help', '{PROG} gpu-run --help'.",
+        f"'{PROG} protocol --help', '{PROG} gpu-run --help', '{PROG} keep --help', '{PROG} restore --help'.",
     )
     parser.add_argument("--preset", default="cpu-mini", choices=list(PRESETS), help="protocol (default cpu-mini)")
     parser.add_argument("--data", required=True, choices=list(DATASETS), help="dataset of fine-tuning and test")
@@ -120,6 +122,13 @@ def run_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="other experiments whose trained fine-tuning cells are taken where they are the same run (method, L, "
         "draw, seed, settings, split, the same encoder) instead of fine-tuning again",
+    )
+    parser.add_argument(
+        "--remake-encoders",
+        action="store_true",
+        help="pre-train again a finished pre-training whose encoder is not on this machine (records restored with "
+        f"'{PROG} restore') also when no fine-tuning cell left loads it (to probe it); its new encoder must have "
+        "the bytes of the first one (the fingerprint its status kept), else the pre-training fails",
     )
     parser.add_argument(
         "--jobs",
@@ -214,6 +223,7 @@ def main_run(argv: Sequence[str]) -> int:
         devices=args.devices,
         pretrain_from=_experiment_folders(args.results_dir, "--pretrain-from", args.pretrain_from),
         finetune_from=_experiment_folders(args.results_dir, "--finetune-from", args.finetune_from),
+        remake_encoders=args.remake_encoders,
     )
     if csv_path is None:
         return 0
@@ -413,6 +423,28 @@ def main_protocol(argv: Sequence[str]) -> int:
     return 0
 
 
+def main_records(argv: Sequence[str], command: str) -> int:
+    from gcl_monai.benchmark import records
+
+    what = {
+        "keep": "Copy an experiment folder's records (statuses, Dice, plan, split, logs, results; no weights) to a "
+        "folder that outlives the machine (a committed one).",
+        "restore": "Copy kept records into an experiment folder of a new machine (which must not exist or be empty); "
+        "the same benchmark command then goes on with the cells left.",
+    }
+    parser = argparse.ArgumentParser(prog=f"{PROG} {command}", description=what[command])
+    parser.add_argument("source", type=Path, help="the experiment folder" if command == "keep" else "the kept records")
+    parser.add_argument("target", type=Path)
+    args = parser.parse_args(argv)
+    copy = records.keep if command == "keep" else records.restore
+    try:
+        count = copy(args.source, args.target)
+    except (FileNotFoundError, FileExistsError) as error:
+        parser.error(str(error))
+    print(f"{command}: {count} records from {args.source} to {args.target}")
+    return 0
+
+
 def main_gpu_run(argv: Sequence[str]) -> int:
     from gcl_monai.benchmark.gpu_run.cli import main_gpu_run as run
 
@@ -430,6 +462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compare": main_compare,
         "protocol": main_protocol,
         "gpu-run": main_gpu_run,
+        "keep": lambda rest: main_records(rest, "keep"),
+        "restore": lambda rest: main_records(rest, "restore"),
     }
     if argv and argv[0] in commands:
         return commands[argv[0]](argv[1:])

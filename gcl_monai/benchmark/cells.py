@@ -6,6 +6,7 @@ records other settings than the plan gives them today are refused (:py:func:`che
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -27,12 +28,16 @@ from gcl_monai.losses import chance_level
 from gcl_monai.networks import ENCODER_PREFIXES
 
 __all__ = [
+    "ENCODER_HASH_KEY",
     "STATUS_FILE",
+    "encoder_hash",
     "check_cell_settings",
+    "encoder_elsewhere",
     "finetune_done",
     "labelled_subset",
     "pretrain_done",
     "read_status",
+    "record_encoder_hash",
     "resolve_iterations",
     "run_finetune",
     "run_pretrain",
@@ -44,6 +49,8 @@ __all__ = [
 logger = logging.getLogger("gcl_monai.benchmark")
 
 STATUS_FILE = "benchmark.json"
+# the status key of a finished pre-training's encoder fingerprint (:py:func:`encoder_hash`)
+ENCODER_HASH_KEY = "encoder_sha256"
 
 
 def _cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
@@ -109,6 +116,25 @@ def pretrain_done(cell: PretrainCell) -> bool:
     )
 
 
+def encoder_elsewhere(cell: PretrainCell) -> bool:
+    """
+    Whether the pre-training finished, with its encoder's fingerprint recorded, but its ``encoder.pt`` is not here
+    (its records kept and restored on another machine, :py:mod:`gcl_monai.benchmark.records`).
+    """
+    status = read_status(cell.folder)
+    return (
+        status.get("status") == "finished" and ENCODER_HASH_KEY in status and not (cell.folder / "encoder.pt").exists()
+    )
+
+
+def record_encoder_hash(cell: PretrainCell) -> None:
+    """Adds the encoder's fingerprint to the status of a finished pre-training that ran before it was recorded."""
+    status = read_status(cell.folder)
+    encoder = cell.folder / "encoder.pt"
+    if status.get("status") == "finished" and ENCODER_HASH_KEY not in status and encoder.exists():
+        write_status(cell.folder, {**status, ENCODER_HASH_KEY: encoder_hash(encoder)})
+
+
 def finetune_done(cell: FinetuneCell) -> bool:
     """Evaluated on every test set (a ``dice.json`` each)."""
     return all(cell.dice_file(test_set).exists() for test_set in cell.eval_overrides)
@@ -121,6 +147,9 @@ def run_pretrain(cell: PretrainCell) -> str:
     """
     status = read_status(cell.folder)
     settings = cell_settings(cell)
+    # the fingerprint of an encoder this cell made before (its weights lost since, its status kept): carried through
+    # every status written below, so that an interrupted re-creation still checks against it
+    kept = {ENCODER_HASH_KEY: status[ENCODER_HASH_KEY]} if ENCODER_HASH_KEY in status else {}
     # written first: a run killed outright still leaves its settings beside its checkpoints
     write_status(cell.folder, {**status, "status": "interrupted", SETTINGS_KEY: settings})
     epochs, batch_size = _config_value(cell, "epochs"), _config_value(cell, "batch_size")
@@ -139,11 +168,23 @@ def run_pretrain(cell: PretrainCell) -> str:
         outcome, message = ("collapsed", str(collapse)) if collapse else ("failed", repr(error))
     finally:
         seconds = status.get("seconds", 0.0) + time.time() - start
-        interrupted = {"status": "interrupted", "seconds": seconds, "epochs": epochs, SETTINGS_KEY: settings}
+        interrupted = {"status": "interrupted", "seconds": seconds, "epochs": epochs, SETTINGS_KEY: settings, **kept}
         write_status(cell.folder, interrupted)
     collapsed, loss, std = tensorboard_collapse(cell.folder / "tensorboard", batch_size)
     if outcome == "finished" and collapsed:
         outcome, message = "collapsed", f"final image-wise losses at ln(2B-1) or std/img {std} below 1e-3"
+    if outcome == "finished":
+        made = encoder_hash(cell.folder / "encoder.pt")
+        if kept and made != kept[ENCODER_HASH_KEY]:
+            outcome = "failed"
+            message = (
+                f"{cell.folder / 'encoder.pt'} was made again and differs from the encoder this cell made before "
+                f"(sha256 {made}, recorded {kept[ENCODER_HASH_KEY]}): the fine-tuning cells that loaded the first "
+                "one would mix with cells loading this one. Run the pre-training on the machine and thread count "
+                "it first ran with, or delete the cell's folder and its fine-tuning cells to run them all again."
+            )
+            logger.error("Pre-training %s: %s", cell.method, message)
+        kept = {ENCODER_HASH_KEY: kept.get(ENCODER_HASH_KEY, made)}
     if outcome == "collapsed":
         logger.error(
             "REPRESENTATION COLLAPSE in %s: %s. Its fine-tuning cells are reported as collapsed.", cell.method, message
@@ -159,9 +200,15 @@ def run_pretrain(cell: PretrainCell) -> str:
             "final_std": std,
             "message": message,
             SETTINGS_KEY: settings,
+            **kept,
         },
     )
     return outcome
+
+
+def encoder_hash(path: Path) -> str:
+    """The SHA-256 of an encoder file's bytes (``torch.save`` of the same tensors writes the same bytes)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _run_supervised_pretraining(cell: PretrainCell) -> None:

@@ -9,13 +9,12 @@ the same bundle config and overrides (apart from the experiment's own folders an
 recorded when it ran (:py:mod:`gcl_monai.benchmark.settings`; a run from before that record is compared on its
 overrides only, with a warning) and the same patients in every part of the split; a fine-tuning cell also the same
 labelled draw and seed (its folder name) and the same encoder, byte for byte, as the one this experiment's cells of
-that method load. Its folder is linked (or copied) into this experiment and its ``benchmark.json`` records where it
-came from.
+that method load (their fingerprints, :py:func:`~gcl_monai.benchmark.cells.encoder_hash`). Its folder is linked
+(or copied) into this experiment and its ``benchmark.json`` records where it came from.
 """
 
 from __future__ import annotations
 
-import filecmp
 import json
 import logging
 import os
@@ -24,7 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gcl_monai.benchmark.cells import pretrain_done, read_status, trained, write_status
+from gcl_monai.benchmark.cells import (
+    ENCODER_HASH_KEY,
+    encoder_hash,
+    pretrain_done,
+    read_status,
+    trained,
+    write_status,
+)
 from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 from gcl_monai.benchmark.presets import METHODS
 from gcl_monai.benchmark.settings import (
@@ -167,6 +173,15 @@ def _legacy_finetune_settings(cell: FinetuneCell, source: Path) -> dict[str, Any
     )
 
 
+def _fingerprint(pretraining: Path) -> str | None:
+    """
+    The fingerprint of a pre-training's encoder: of its ``encoder.pt`` when here, else the one its status recorded
+    (its records restored from another machine, :py:mod:`gcl_monai.benchmark.records`); None without either.
+    """
+    encoder = pretraining / "encoder.pt"
+    return encoder_hash(encoder) if encoder.exists() else read_status(pretraining).get(ENCODER_HASH_KEY)
+
+
 def find_reusable_finetuning(cell: FinetuneCell, source: Path) -> tuple[Path | None, str]:
     """
     The folder of the trained fine-tuning cell of the same name (method, L, draw, seed) in the experiment folder
@@ -175,7 +190,8 @@ def find_reusable_finetuning(cell: FinetuneCell, source: Path) -> tuple[Path | N
     Same run: ``source`` split the patients as this experiment does; the cell finished training with the settings
     ``cell`` would run (its recorded ``settings``, and ``pretrain_settings`` when recorded; for a cell from before
     the record, ``source``'s plan overrides, logged as a warning); and, for a pre-trained method, ``source``'s
-    encoder of that method is byte for byte the one this experiment's cells load (so take or run the pre-training
+    encoder of that method is byte for byte the one this experiment's cells load (its fingerprint, recorded in its
+    status when the encoder itself stayed on another machine) (so take or run the pre-training
     first: the execution order does).
     """
     source = Path(source)
@@ -197,8 +213,8 @@ def find_reusable_finetuning(cell: FinetuneCell, source: Path) -> tuple[Path | N
     elif differ := changed_settings(_legacy_finetune_settings(cell, source), _settings(cell.train_overrides)):
         return None, f"{source}'s {cell.folder.name} ran with other overrides ({', '.join(differ)})"
     if cell.pretrain is not None:
-        theirs, encoder = source / "pretrain" / cell.pretrain.name / "encoder.pt", cell.pretrain.folder / "encoder.pt"
-        if not (theirs.exists() and encoder.exists() and filecmp.cmp(theirs, encoder, shallow=False)):
+        theirs, ours = _fingerprint(source / "pretrain" / cell.pretrain.name), _fingerprint(cell.pretrain.folder)
+        if theirs is None or theirs != ours:
             return None, f"{source}'s {cell.pretrain.name} encoder is not the one this experiment loads"
         if differ := changes.get(PRETRAIN_SETTINGS_KEY):
             changed = ", ".join(differ)

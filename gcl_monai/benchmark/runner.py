@@ -30,7 +30,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gcl_monai.benchmark.bundles import parse_bundle_item
-from gcl_monai.benchmark.cells import finetune_done, pretrain_done, read_status
+from gcl_monai.benchmark.cells import (
+    encoder_elsewhere,
+    finetune_done,
+    pretrain_done,
+    read_status,
+    record_encoder_hash,
+)
 from gcl_monai.benchmark.experiment import Experiment, FinetuneCell, PretrainCell
 from gcl_monai.benchmark.plan import PLAN_FILE, describe, plan_experiment
 from gcl_monai.benchmark.progress import Progress, hms
@@ -44,6 +50,11 @@ __all__ = ["run_experiment"]
 logger = logging.getLogger("gcl_monai.benchmark")
 
 
+def _loads(cell: PretrainCell | FinetuneCell, pretraining: PretrainCell) -> bool:
+    """Whether ``cell`` is a fine-tuning cell that loads the encoder of ``pretraining``."""
+    return isinstance(cell, FinetuneCell) and cell.pretrain is not None and cell.pretrain.folder == pretraining.folder
+
+
 def run_experiment(
     experiment: Experiment,
     dry_run: bool = False,
@@ -51,6 +62,7 @@ def run_experiment(
     finetune_from: Sequence[Path] = (),
     jobs: int = 1,
     devices: Sequence[str] = (),
+    remake_encoders: bool = False,
 ) -> Path | None:
     """
     Runs every cell not finished yet, then writes ``results.csv``, ``table.md`` and the plots.
@@ -65,6 +77,9 @@ def run_experiment(
         jobs: cells running at once (:py:mod:`gcl_monai.benchmark.scheduler`): one runs them in this process in
             the plan's order; more run each in a worker process, a fine-tuning cell once its pre-training is done.
         devices: devices dealt round-robin to the ``jobs`` workers' cells (empty: the preset's device).
+        remake_encoders: make again the encoder of a finished pre-training whose weights are not on this machine
+            (its records restored, :py:mod:`gcl_monai.benchmark.records`) even when no fine-tuning cell left needs it
+            (e.g. to probe it); by default only a pre-training that a cell still loads runs again.
 
     Returns:
         the path of ``results.csv`` (None for a dry run).
@@ -94,8 +109,14 @@ def run_experiment(
                 if finetune_done(cell):
                     return False
             if isinstance(cell, PretrainCell) and pretrain_done(cell):
+                record_encoder_hash(cell)
                 progress.log(index, cell, f"already {read_status(cell.folder)['status']}, skipped")
                 return False
+            if isinstance(cell, PretrainCell) and encoder_elsewhere(cell) and not remake_encoders:
+                if not any(_loads(c, cell) and not finetune_done(c) for c in plan.cells):
+                    message = "finished on another machine, its encoder not here; no cell left loads it: not made again"
+                    progress.log(index, cell, f"{message} (--remake-encoders makes it)")
+                    return False
             if isinstance(cell, FinetuneCell) and finetune_done(cell):
                 progress.log(index, cell, "already finished, skipped")
                 return False

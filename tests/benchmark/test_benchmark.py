@@ -1164,3 +1164,71 @@ def test_a_new_bundle_setting_is_registered_so_that_recorded_cells_stay_valid():
             literals = {k for k, v in json.loads(path.read_text()).items() if _literal(v)}
             new = sorted(literals - set(known[config]) - set(ADDED_LATER) - set(IGNORED_KEYS))
             assert not new, f"{path}: {new} are new settings: register them in ADDED_LATER or IGNORED_KEYS."
+
+
+@pytest.mark.slow
+def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypatch):
+    """
+    ``keep`` on machine A, ``restore`` on machine B (no weights travel; each machine its own checkout): the finished
+    cells are not run again, a pre-training that no cell needs is not made again, ``--remake-encoders`` makes it
+    again with the first encoder's bytes (one thread: the same floating-point order), and an encoder made again
+    with other bytes fails loudly.
+    """
+    from gcl_monai.benchmark.records import record_files
+
+    def checkout(name: str) -> Path:  # a machine's checkout: the demo bundle, run from the checkout's root
+        root = tmp_path / name
+        shutil.copytree(Path(__file__).parents[2] / "bundles" / "gcl_demo", root / "bundles" / "gcl_demo")
+        monkeypatch.chdir(root)
+        return root
+
+    def argv(*extra: str) -> list[str]:
+        options = ("--methods", "simclr", "--num-labeled", "1", "--pretrain-epochs", "1", "--finetune-iterations", "4")
+        return [*_phantom_argv(Path("results"), "run", *options, *extra), "--bundle-dir", "bundles"]
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        machine_a = checkout("a")
+        assert main(argv("--repeats", "1")) == 0
+        encoder = machine_a / "results" / "run" / "pretrain" / "simclr" / "encoder.pt"
+        status = cells.read_status(encoder.parent)
+        assert status[cells.ENCODER_HASH_KEY] == cells.encoder_hash(encoder)
+        # a pre-training finished before the fingerprint was recorded gets it at the next run
+        cells.write_status(encoder.parent, {k: v for k, v in status.items() if k != cells.ENCODER_HASH_KEY})
+        assert main(argv("--repeats", "1")) == 0
+        assert cells.read_status(encoder.parent) == status
+        kept = tmp_path / "kept"
+        assert main(["keep", "results/run", str(kept)]) == 0
+        files = {p.relative_to(kept).as_posix() for p in record_files(kept)}
+        assert {"plan.json", "split.json", "results.csv", "pretrain/simclr/benchmark.json"} <= files
+        assert not list(kept.rglob("*.pt")) and not list(kept.rglob("events.out.tfevents.*"))
+        assert all(str(tmp_path) not in p.read_text() for p in record_files(kept))  # relative to the checkout
+        with pytest.raises(SystemExit):  # never over a run's folder
+            main(["restore", str(kept), "results/run"])
+
+        machine_b = checkout("b")
+        assert main(["restore", str(kept), "results/run"]) == 0
+        assert main(argv("--repeats", "1")) == 0  # nothing runs: the cell is done, and no cell needs the encoder
+        log = (machine_b / "results" / "run" / "progress.log").read_text().split("Experiment run:")[-1]
+        assert "no cell left loads it: not made again" in log and "already finished, skipped" in log
+        assert "starting" not in log and not list((machine_b / "results" / "run" / "pretrain" / "simclr").glob("*.pt"))
+        rows = [read_results(folder / "results.csv") for folder in (Path("results/run"), kept)]
+        restored, first = ([{k: v for k, v in r.items() if k != "run_dir"} for r in table] for table in rows)
+        assert json.dumps(restored) == json.dumps(first)  # as text: NaN per-class cells of the validation rows
+
+        assert main(argv("--repeats", "1", "--remake-encoders")) == 0
+        made = machine_b / "results" / "run" / "pretrain" / "simclr" / "encoder.pt"
+        assert made.read_bytes() == encoder.read_bytes()
+        assert cells.read_status(made.parent)["status"] == "finished"
+
+        # a second draw needs the encoder: it is made again, and other bytes than the first's fail the pre-training
+        shutil.rmtree(machine_b / "results")
+        assert main(["restore", str(kept), "results/run"]) == 0
+        cells.write_status(made.parent, {**cells.read_status(made.parent), cells.ENCODER_HASH_KEY: "0" * 64})
+        assert main(argv("--repeats", "2")) == 1
+        failed = cells.read_status(made.parent)
+        assert failed["status"] == "failed" and "differs from the encoder this cell made before" in failed["message"]
+        assert failed[cells.ENCODER_HASH_KEY] == "0" * 64  # the first fingerprint stays the reference
+    finally:
+        torch.set_num_threads(threads)

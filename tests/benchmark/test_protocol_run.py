@@ -31,7 +31,7 @@ if "--test-set" in args:
 """
 
 
-def _drive(tmp_path, control_low: str, recipe: str | None = "default") -> tuple[list[str], str]:
+def _drive(tmp_path, control_low: str, recipe: str | None = "default", **env_vars: str) -> tuple[list[str], str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     python = bin_dir / "python"
@@ -39,6 +39,8 @@ def _drive(tmp_path, control_low: str, recipe: str | None = "default") -> tuple[
     python.chmod(python.stat().st_mode | stat.S_IEXEC)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls.txt")}
     env["CONTROL_LOW"] = control_low
+    env.pop("REMAKE_ENCODERS", None)
+    env.update(env_vars)
     env.pop("RECIPE", None)
     if recipe is not None:
         env["RECIPE"] = recipe
@@ -46,7 +48,8 @@ def _drive(tmp_path, control_low: str, recipe: str | None = "default") -> tuple[
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     calls = (tmp_path / "calls.txt").read_text().splitlines()
-    return [" ".join(a for a in c.split() if a != str(tmp_path / "results")) for c in calls], proc.stdout
+    results = str(tmp_path / "results")
+    return [" ".join(a.replace(f"{results}/", "") for a in c.split() if a != results) for c in calls], proc.stdout
 
 
 BASE = "--preset cpu-protocol-prostate --data prostate --data-root DATA --results-dir --jobs 2"
@@ -57,17 +60,22 @@ STAGE_B2 = [
 ]
 
 
-def test_a_resolved_control_at_l2_runs_stage_c_there_then_assembles_and_analyses(tmp_path):
+def test_a_resolved_control_at_l2_runs_stage_c_there_then_keeps_and_analyses_it(tmp_path):
     calls, _ = _drive(tmp_path, "2=0.01,1=0.05", recipe="--pretrain-set epochs=36")
     recipe = "--pretrain-set epochs=36"
     assert calls == STAGE_B2 + [
         f"{BASE} --num-labeled 2 --name protocol-stageC-L2_prostate {recipe}"
         " --pretrain-from protocol-stageB-L2_prostate --finetune-from protocol-stageB-L2_prostate",
         "protocol --results-dir --name protocol-stageC-L2_prostate --registration protocol",
-        f"{BASE} --num-labeled 2 --name cpu-protocol_prostate {recipe} --pretrain-from protocol-stageC-L2_prostate"
-        " --finetune-from protocol-stageC-L2_prostate",
+        "keep protocol-stageC-L2_prostate cpu-protocol_prostate",
         "protocol --results-dir --name cpu-protocol_prostate --registration protocol",
     ]
+
+
+def test_remake_encoders_reaches_every_run_of_the_driver(tmp_path):
+    calls, _ = _drive(tmp_path, "2=0.01,1=0.05", REMAKE_ENCODERS="1")
+    runs = [c for c in calls if c.startswith("--preset")]
+    assert len(runs) == 2 and all(c.endswith("--remake-encoders") or "--remake-encoders " in c for c in runs)
 
 
 def test_an_unresolved_control_at_l2_moves_to_l1_and_l1_becomes_primary(tmp_path):

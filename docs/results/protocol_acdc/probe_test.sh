@@ -2,14 +2,25 @@
 # docs/protocol.md, "Secondary comparisons": the probe Dice of every encoder of the registered run on the test
 # patients (`python -m gcl_monai.probe --eval test`: fitted on the 48 training patients, scored on the 20 test
 # patients of the experiment's own split file), per encoder and seed, descriptively; random encoders of seeds 0-2
-# beside them. Run after the registered analysis. Resumable: a probe already written is skipped.
+# beside them. Run after the registered analysis. Resumable: a probe already written is skipped. The encoders are
+# those of stage C's experiment (EXPERIMENT); the rows go to cpu-protocol_acdc/probe_test, beside its analysis.
 #   bash docs/results/protocol_acdc/probe_test.sh [DATA_ROOT] [RESULTS_DIR] [EXPERIMENT]     (from the repository's root)
 set -eu
 ROOT=${1:-${GCL_DATA_ROOT:-../shared/data}}
 RESULTS=${2:-results}
-EXP=$RESULTS/${3:-cpu-protocol_acdc}
-OUT=$EXP/probe_test
+EXP=$RESULTS/${3:-protocol-stageC-L2_acdc}
+OUT=$RESULTS/cpu-protocol_acdc/probe_test
 [ -f "$EXP/split.json" ] || { echo "$EXP/split.json does not exist: run docs/results/protocol_acdc/run.sh first." >&2; exit 1; }
+METHODS="supervised_encoder simclr gcl"
+for method in $METHODS; do  # first: every encoder still to probe is here (records restored from another machine?)
+  for name in $method ${method}_p1 ${method}_p2; do
+    if [ ! -f "$OUT/$name/probe.json" ] && [ ! -f "$EXP/pretrain/$name/encoder.pt" ]; then
+      echo "$EXP/pretrain/$name/encoder.pt is not on this machine: make the encoders again with" >&2
+      echo "  REMAKE_ENCODERS=1 RECIPE=default bash docs/results/protocol_acdc/run.sh $ROOT $RESULTS" >&2
+      exit 1
+    fi
+  done
+done
 probe() {  # name encoder [overrides...]
   local name=$1 encoder=$2; shift 2
   [ -f "$OUT/$name/probe.json" ] || python -m gcl_monai.probe --config_file bundles/gcl_acdc/configs/pretrain.json \
@@ -22,7 +33,7 @@ for seed in 0 1 2; do
   probe "random_s$seed" random --encoder_seed "$seed"
   runs+=("$OUT/random_s$seed")
 done
-for method in supervised_encoder simclr gcl; do
+for method in $METHODS; do
   for name in $method ${method}_p1 ${method}_p2; do
     probe "$name" "$EXP/pretrain/$name/encoder.pt"
     runs+=("$OUT/$name")

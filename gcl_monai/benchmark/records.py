@@ -1,0 +1,103 @@
+"""
+An experiment's records, kept where they outlive the machine that runs it (``keep``), and put back on a new machine
+(``restore``) so that the run goes on from there.
+
+A long CPU experiment (docs/protocol.md's stage C: about 20 core-hours) spans several sessions, and a session may
+find a new machine holding only what was committed. The records are the text files of the experiment folder: the
+plan, the split, the progress log, ``results.csv`` and each cell's ``benchmark.json`` and ``dice.json``. They are
+what a rerun needs to skip a finished fine-tuning cell and what the analysis reads. The weights (fine-tuned models,
+encoders, checkpoints) and the TensorBoard files stay behind: about 8 MB per cell. A pre-training whose encoder
+stayed behind is made again when a cell still needs it. Its status keeps the encoder's fingerprint, and a rerun
+that makes other bytes fails loudly (:py:func:`gcl_monai.benchmark.cells.run_pretrain`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+__all__ = ["RECORD_SUFFIXES", "keep", "record_files", "restore"]
+
+#: the suffixes of an experiment's records (text): statuses, Dice, plan and split, progress log, results and tables
+RECORD_SUFFIXES = (".json", ".csv", ".log", ".md")
+
+
+def record_files(folder: Path) -> Iterator[Path]:
+    """The records under ``folder`` (:py:data:`RECORD_SUFFIXES`; files being written, ``*.tmp``, left out)."""
+    for path in sorted(Path(folder).rglob("*")):
+        if path.is_file() and path.suffix in RECORD_SUFFIXES:
+            yield path
+
+
+def _copy(source: Path, target: Path, replacements: Sequence[tuple[str, str]] = ()) -> int:
+    count = 0
+    for path in record_files(source):
+        destination = target / path.relative_to(source)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        text = path.read_bytes()  # bytes: line endings stay as written
+        for old, new in replacements:
+            text = text.replace(old.encode(), new.encode())
+        destination.write_bytes(text)
+        shutil.copystat(path, destination)
+        count += 1
+    return count
+
+
+def _relative_paths(experiment: Path) -> list[tuple[str, str]]:
+    """
+    The rewrites that make the records' paths relative to the checkout that ran them (the parent of the plan's
+    ``bundle_dir``): its data folders as seen from the checkout (``../shared/data``), then the checkout itself.
+    A rerun from the root of a checkout reads them as they were.
+    """
+    plan = json.loads((experiment / "plan.json").read_text())
+    checkout = Path(plan["bundle_dir"]).parent
+    roots = [plan[key] for key in ("data_root", "test_root") if plan.get(key)]
+    rewrites = [(root, os.path.relpath(root, checkout)) for root in roots]
+    # the longer path first: a data folder inside the checkout becomes relative as a whole
+    return sorted(rewrites, key=lambda pair: -len(pair[0])) + [(f"{checkout}/", "")]
+
+
+def keep(experiment: Path, into: Path) -> int:
+    """
+    Copies the records of the experiment folder ``experiment`` into ``into`` (the same layout), replacing the copies
+    kept there before; files of ``into`` that ``experiment`` no longer has are left as they are. The paths in them
+    are made relative to the checkout that ran the experiment (:py:func:`_relative_paths`): no machine's folders in
+    a committed file.
+
+    Returns:
+        the number of files copied.
+
+    Raises:
+        FileNotFoundError: ``experiment`` holds no ``plan.json`` (not an experiment folder).
+    """
+    experiment, into = Path(experiment), Path(into)
+    if not (experiment / "plan.json").is_file():
+        raise FileNotFoundError(f"{experiment} holds no plan.json: it is not an experiment folder.")
+    return _copy(experiment, into, _relative_paths(experiment))
+
+
+def restore(kept: Path, experiment: Path) -> int:
+    """
+    Copies the records kept in ``kept`` into the experiment folder ``experiment`` of a new machine, where the same
+    command, run from the root of the checkout, then goes on with the cells left.
+
+    Returns:
+        the number of files copied.
+
+    Raises:
+        FileNotFoundError: ``kept`` holds no ``plan.json``.
+        FileExistsError: ``experiment`` exists and is not empty: its cells may be newer than the records, and
+            nothing of a run is overwritten.
+    """
+    kept, experiment = Path(kept), Path(experiment)
+    if not (kept / "plan.json").is_file():
+        raise FileNotFoundError(f"{kept} holds no plan.json: no experiment's records were kept there.")
+    if experiment.exists() and any(experiment.iterdir()):
+        raise FileExistsError(
+            f"{experiment} exists and is not empty: its cells may be newer than the records in {kept}. Restore into "
+            "a results folder of a new machine only (or move this one aside first)."
+        )
+    return _copy(kept, experiment)

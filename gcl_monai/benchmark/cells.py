@@ -34,6 +34,7 @@ __all__ = [
     "check_cell_settings",
     "encoder_elsewhere",
     "finetune_done",
+    "forget_encoder_hash",
     "labelled_subset",
     "pretrain_done",
     "read_status",
@@ -133,6 +134,12 @@ def record_encoder_hash(cell: PretrainCell) -> None:
     encoder = cell.folder / "encoder.pt"
     if status.get("status") == "finished" and ENCODER_HASH_KEY not in status and encoder.exists():
         write_status(cell.folder, {**status, ENCODER_HASH_KEY: encoder_hash(encoder)})
+
+
+def forget_encoder_hash(cell: PretrainCell) -> None:
+    """Drops a pre-training's recorded fingerprint: its encoder is to be made again and no cell loaded the first."""
+    status = read_status(cell.folder)
+    write_status(cell.folder, {k: v for k, v in status.items() if k != ENCODER_HASH_KEY})
 
 
 def finetune_done(cell: FinetuneCell) -> bool:

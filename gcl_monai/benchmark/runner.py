@@ -33,9 +33,11 @@ from gcl_monai.benchmark.bundles import parse_bundle_item
 from gcl_monai.benchmark.cells import (
     encoder_elsewhere,
     finetune_done,
+    forget_encoder_hash,
     pretrain_done,
     read_status,
     record_encoder_hash,
+    trained,
 )
 from gcl_monai.benchmark.experiment import Experiment, FinetuneCell, PretrainCell
 from gcl_monai.benchmark.plan import PLAN_FILE, describe, plan_experiment
@@ -112,11 +114,15 @@ def run_experiment(
                 record_encoder_hash(cell)
                 progress.log(index, cell, f"already {read_status(cell.folder)['status']}, skipped")
                 return False
-            if isinstance(cell, PretrainCell) and encoder_elsewhere(cell) and not remake_encoders:
-                if not any(_loads(c, cell) and not finetune_done(c) for c in plan.cells):
+            if isinstance(cell, PretrainCell) and encoder_elsewhere(cell):
+                loading = [c for c in plan.results_cells if _loads(c, cell)]
+                if not remake_encoders and all(finetune_done(c) for c in loading):
                     message = "finished on another machine, its encoder not here; no cell left loads it: not made again"
                     progress.log(index, cell, f"{message} (--remake-encoders makes it)")
                     return False
+                if not any(trained(read_status(c.folder)) for c in loading):
+                    forget_encoder_hash(cell)
+                    progress.log(index, cell, "its encoder stayed on another machine and no cell trained with it: new")
             if isinstance(cell, FinetuneCell) and finetune_done(cell):
                 progress.log(index, cell, "already finished, skipped")
                 return False

@@ -1222,6 +1222,15 @@ def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypa
         assert made.read_bytes() == encoder.read_bytes()
         assert cells.read_status(made.parent)["status"] == "finished"
 
+        # no cell trained with the first encoder: the one made again replaces its fingerprint
+        shutil.rmtree(machine_b / "results")
+        assert main(["restore", str(kept), "results/run"]) == 0
+        shutil.rmtree(machine_b / "results" / "run" / "finetune")
+        cells.write_status(made.parent, {**cells.read_status(made.parent), cells.ENCODER_HASH_KEY: "0" * 64})
+        assert main(argv("--repeats", "1")) == 0
+        assert cells.read_status(made.parent)[cells.ENCODER_HASH_KEY] == cells.encoder_hash(made)
+        assert "no cell trained with it: new" in (machine_b / "results" / "run" / "progress.log").read_text()
+
         # a second draw needs the encoder: it is made again, and other bytes than the first's fail the pre-training
         shutil.rmtree(machine_b / "results")
         assert main(["restore", str(kept), "results/run"]) == 0

@@ -29,12 +29,10 @@ stage_b() {  # L [reuse flags]: stage B at L, then its analysis on the validatio
   $A --name "protocol-stageB-L${l}_$DATA" --test-set val --registration "$(registration "$l")" > /dev/null
 }
 control_resolved() {  # L: the control's lift over random at L has a seed-aware interval above 0 (stage B's rule)
-  python - "$RESULTS/protocol-stageB-L$1_$DATA/protocol_analysis_val.csv" "$1" <<'PY'
-import csv, sys
-path, l = sys.argv[1:]
-row = next(r for r in csv.DictReader(open(path)) if (r["method"], r["num_labeled"]) == ("supervised_encoder", l))
-sys.exit(0 if row["missing"] == "" and float(row["low"]) > 0 else 1)
-PY
+  python -m gcl_monai.benchmark control-resolved "$RESULTS/protocol-stageB-L$1_$DATA/protocol_analysis_val.csv" "$1"
+  local verdict=$?
+  [ "$verdict" -le 1 ] || exit "$verdict"  # 2: no analysis to read, not a verdict
+  return "$verdict"
 }
 stage_b 2
 if control_resolved 2; then

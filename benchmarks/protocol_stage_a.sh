@@ -42,27 +42,16 @@ python -m gcl_monai.probe.curves "$W"/pretrain/gcl "$W"/pretrain/gcl_p1 "$W"/pre
   --output_dir "$OUT/curves" --reference random="$OUT/random_s0/probe.json" control="$OUT/control/probe.json"
 # step 2 (docs/protocol.md, amendments 1 and 2): each variant pre-trained like the default and compared with it at
 # GCL's length by the rule of step 1; seed 0 of each, then seed 1 of those whose seed 0 is above the default's mean
-CHOSEN=$(python - "$W/pretrain" <<'PY'
-import sys
-from gcl_monai.probe.curves import chosen_length, read_history
-length = chosen_length([read_history(f"{sys.argv[1]}/{r}") for r in ("gcl", "gcl_p1")])
-if length is None:
-    sys.exit(f"no probe epoch common to gcl and gcl_p1 in {sys.argv[1]}")
-print(length)
-PY
-) || exit 1
+CHOSEN=$(python -m gcl_monai.probe.rules length "$W/pretrain/gcl" "$W/pretrain/gcl_p1") || exit 1
 echo "Stage A: GCL's length by the rule: $CHOSEN epochs (step 2 compares the variants there)" | tee "$OUT/chosen_length.txt"
 pre gcl_pw01 0 --pixel_weight 0.1
 pre gcl_nopix 0 --pixel_branch False
 pre gcl_nomit 0 --mitigate False
 above_default() {  # variant: its seed-0 probe at the chosen length > the mean of the default's seeds 0 and 1 there
-  python - "$W/pretrain" "$1" "$CHOSEN" <<'PY'
-import sys
-from gcl_monai.probe.curves import read_history
-root, variant, epoch = sys.argv[1], sys.argv[2], int(sys.argv[3])
-default = sum(read_history(f"{root}/{r}")[epoch] for r in ("gcl", "gcl_p1")) / 2
-sys.exit(0 if read_history(f"{root}/{variant}")[epoch] > default else 1)
-PY
+  python -m gcl_monai.probe.rules above "$W/pretrain/$1" --than "$W/pretrain/gcl" "$W/pretrain/gcl_p1" --epoch "$CHOSEN"
+  local verdict=$?
+  [ "$verdict" -le 1 ] || exit "$verdict"  # 2: no probe at that epoch, not a verdict
+  return "$verdict"
 }
 above_default gcl_pw01 && pre gcl_pw01 1 --pixel_weight 0.1
 above_default gcl_nopix && pre gcl_nopix 1 --pixel_branch False

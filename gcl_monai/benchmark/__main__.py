@@ -423,6 +423,23 @@ def main_protocol(argv: Sequence[str]) -> int:
     return 0
 
 
+def main_control_resolved(argv: Sequence[str]) -> int:
+    from gcl_monai.benchmark.protocol import control_resolved
+
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} control-resolved",
+        description="Stage B's rule (docs/protocol.md): exit 0 when the positive control's lift over random "
+        "initialisation at L has a complete seed-aware interval above 0 in a validation analysis, else 1.",
+    )
+    parser.add_argument("analysis", type=Path, help="protocol_analysis_val.csv of stage B at L")
+    parser.add_argument("num_labeled", type=int, metavar="L")
+    args = parser.parse_args(argv)
+    try:
+        return 0 if control_resolved(args.analysis, args.num_labeled) else 1
+    except (ValueError, FileNotFoundError) as error:
+        parser.error(str(error))
+
+
 def main_records(argv: Sequence[str], command: str) -> int:
     from gcl_monai.benchmark import records
 
@@ -462,6 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compare": main_compare,
         "protocol": main_protocol,
         "gpu-run": main_gpu_run,
+        "control-resolved": main_control_resolved,
         "keep": lambda rest: main_records(rest, "keep"),
         "restore": lambda rest: main_records(rest, "restore"),
     }

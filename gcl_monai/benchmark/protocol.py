@@ -40,6 +40,7 @@ __all__ = [
     "Design",
     "Registration",
     "analyse",
+    "control_resolved",
     "difference_table",
     "goal_reading",
     "protocol_comparisons",
@@ -299,3 +300,23 @@ def write_analysis(
     md_path = Path(folder) / f"{stem}.md"
     md_path.write_text("\n".join(lines) + "\n")
     return csv_path, md_path
+
+
+def control_resolved(analysis_csv: Path, num_labeled: int) -> bool:
+    """
+    Stage B's rule (docs/protocol.md): whether the positive control's lift over random initialisation at
+    ``num_labeled`` has a complete seed-aware interval above 0, in a validation analysis (``protocol_analysis_val.csv``
+    written by :func:`write_analysis`).
+
+    Raises:
+        ValueError: the analysis has no row of the control against random at ``num_labeled``, naming the file.
+    """
+    with Path(analysis_csv).open(newline="") as f:
+        rows = [
+            r
+            for r in csv.DictReader(f)
+            if (r["method"], r["baseline"], r["num_labeled"]) == ("supervised_encoder", "random", str(num_labeled))
+        ]
+    if not rows:
+        raise ValueError(f"{analysis_csv} has no row of supervised_encoder - random at L = {num_labeled}.")
+    return rows[0]["missing"] == "" and float(rows[0]["low"]) > 0

@@ -367,3 +367,23 @@ def test_the_prostate_preset_keeps_the_design_and_changes_the_split():
     assert {k: v for k, v in prostate.common.items() if k not in split} == {
         k: v for k, v in acdc.common.items() if k not in split
     }
+
+
+def test_stage_b_rule_reads_the_controls_row_of_the_validation_analysis(tmp_path):
+    """`control-resolved`: a complete interval above 0 exits 0; one touching 0 or incomplete 1; no row 2."""
+    from gcl_monai.benchmark.__main__ import main
+    from gcl_monai.benchmark.protocol import control_resolved
+
+    path = tmp_path / "protocol_analysis_val.csv"
+    path.write_text(
+        "method,baseline,num_labeled,low,missing\n"
+        "supervised_encoder,random,2,0.064,\n"
+        "supervised_encoder,random,1,0.0,\n"
+        "supervised_encoder,simclr,3,0.2,\n"
+        "supervised_encoder,random,3,0.2,draws 7 of 8\n"
+    )
+    assert control_resolved(path, 2) and not control_resolved(path, 1) and not control_resolved(path, 3)
+    assert main(["control-resolved", str(path), "2"]) == 0 and main(["control-resolved", str(path), "1"]) == 1
+    with pytest.raises(SystemExit) as stop:
+        main(["control-resolved", str(path), "8"])
+    assert stop.value.code == 2

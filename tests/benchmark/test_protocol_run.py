@@ -11,12 +11,12 @@ import pytest
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 
-# the stand-in: `python -` (the driver's rule) is the real Python; a `protocol --test-set val` call writes the
-# control's row of the validation analysis with the interval's lower bound that CONTROL_LOW gives for its L
+# the stand-in: the driver's rule (`control-resolved`) runs in the real Python; a `protocol --test-set val` call
+# writes the control's row of the validation analysis with the interval's lower bound that CONTROL_LOW gives for its L
 STAND_IN = f"""#!{sys.executable}
 import os, subprocess, sys
 args = sys.argv[1:]
-if args[:1] == ["-"]:
+if args[:1] == ["-"] or args[2:3] == ["control-resolved"]:
     sys.exit(subprocess.run([{sys.executable!r}, *args]).returncode)
 with open(os.environ["CALLS"], "a") as log:
     log.write(" ".join(args[2:]) + "\\n")
@@ -27,7 +27,7 @@ if "--test-set" in args:
     folder = os.path.join(args[args.index("--results-dir") + 1], name)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "protocol_analysis_val.csv"), "w") as f:
-        f.write("method,num_labeled,low,missing\\nrandom,%s,,\\nsupervised_encoder,%s,%s,\\n" % (l, l, low))
+        f.write("method,baseline,num_labeled,low,missing\\nsupervised_encoder,random,%s,%s,\\n" % (l, low))
 """
 
 

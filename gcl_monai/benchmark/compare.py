@@ -1,5 +1,6 @@
 """
-Paired comparison across experiments: the same fine-tuning cells (method, L, labelled draw, seed) run in several
+Paired comparison across experiments: the same fine-tuning cells (method, L, labelled draw, seed and pre-training
+seed) run in several
 experiments whose settings differ, e.g. a sweep of one override (``--finetune-set consistency_weight=W``, one
 experiment per value), each paired cell by cell with a reference experiment. It is the table a setting is chosen on,
 on the validation patients by default::
@@ -29,14 +30,15 @@ from gcl_monai.benchmark.settings import SETTINGS_KEY, setting_differences
 
 __all__ = ["ComparedExperiment", "comparison_report", "load_experiment", "setting_changes"]
 
-CellKey = tuple[str, int, int, int]
+#: (method, L, labelled draw, fine-tuning seed, pre-training seed: None for a method without one)
+CellKey = tuple[str, int, int, int, int | None]
 
 
 @dataclass(frozen=True)
 class ComparedExperiment:
     """
-    The finished cells of one experiment, keyed by (method, num_labeled, draw, seed), for one test set, with the
-    settings each cell recorded when it trained (None for a cell that recorded none).
+    The finished cells of one experiment, keyed by (method, num_labeled, draw, seed, pre-training seed), for one
+    test set, with the settings each cell recorded when it trained (None for a cell that recorded none).
     """
 
     name: str
@@ -60,7 +62,7 @@ def load_experiment(folder: str | Path, test_set: str) -> ComparedExperiment:
             raise FileNotFoundError(f"{folder} holds no {needed}: not an experiment of the benchmark harness.")
     plan = json.loads((folder / "plan.json").read_text())
     cells = {
-        (r["method"], r["num_labeled"], r["draw"], r["seed"]): r
+        (r["method"], r["num_labeled"], r["draw"], r["seed"], _pretrain_seed(r)): r
         for r in read_results(folder / "results.csv")
         if r["test_set"] == test_set and finished_row(r)
     }
@@ -69,6 +71,17 @@ def load_experiment(folder: str | Path, test_set: str) -> ComparedExperiment:
         for key, row in cells.items()
     }
     return ComparedExperiment(folder.name, folder, plan["data"], cells, settings)
+
+
+def _pretrain_seed(row: Mapping[str, Any]) -> int | None:
+    """A row's pre-training seed (``pretrain_seed``; None for random initialisation and rows from before the column)."""
+    value = row.get("pretrain_seed", "")
+    return None if value in ("", None) else int(value)
+
+
+def _cell_name(draw: int, seed: int, pretrain_seed: int | None) -> str:
+    """``d0s0``, with ``p<seed>`` for a pre-training seed above 0 (as the cells' folders are named)."""
+    return f"d{draw}s{seed}" + (f"p{pretrain_seed}" if pretrain_seed else "")
 
 
 def _check_comparable(reference: ComparedExperiment, other: ComparedExperiment) -> None:
@@ -80,7 +93,7 @@ def _check_comparable(reference: ComparedExperiment, other: ComparedExperiment) 
         ours, theirs = reference.cells[key]["labelled_patients"], other.cells[key]["labelled_patients"]
         if ours != theirs:
             raise ValueError(
-                f"{key[0]} L={key[1]} draw {key[2]} seed {key[3]} labels {ours} in {reference.name} but {theirs} in "
+                f"{key[0]} L={key[1]} cell {_cell_name(*key[2:])} labels {ours} in {reference.name} but {theirs} in "
                 f"{other.name}: the experiments' draws differ."
             )
 
@@ -135,16 +148,24 @@ def _difference_cell(values: Sequence[float], baseline: Sequence[float]) -> str:
 def _paired(
     a: ComparedExperiment, b: ComparedExperiment, method_a: str, method_b: str, num_labeled: int
 ) -> tuple[list[float], list[float]]:
-    """Dice of ``method_a`` in ``a`` and of ``method_b`` in ``b`` on the (draw, seed) pairs both finished."""
-    keys = sorted(
-        (draw, seed)
-        for (m, n, draw, seed) in a.cells
-        if m == method_a and n == num_labeled and (method_b, n, draw, seed) in b.cells
-    )
-    return (
-        [a.cells[(method_a, num_labeled, *k)]["dice"] for k in keys],
-        [b.cells[(method_b, num_labeled, *k)]["dice"] for k in keys],
-    )
+    """
+    Dice of ``method_a`` in ``a`` and of ``method_b`` in ``b`` on the cells both finished: the same (draw, seed) and
+    pre-training seed, or, where ``method_b`` has no pre-training seed (random initialisation), its cell of that
+    (draw, seed) for every pre-training seed of ``method_a``.
+    """
+    pairs = []
+    for m, n, draw, seed, pre in sorted(a.cells, key=_order):
+        if m != method_a or n != num_labeled:
+            continue
+        for partner in ((method_b, n, draw, seed, pre), (method_b, n, draw, seed, None)):
+            if partner in b.cells:
+                pairs.append((a.cells[(m, n, draw, seed, pre)]["dice"], b.cells[partner]["dice"]))
+                break
+    return [x for x, _ in pairs], [y for _, y in pairs]
+
+
+def _order(key: CellKey) -> tuple:
+    return (*key[:4], -1 if key[4] is None else key[4])
 
 
 def comparison_report(
@@ -183,10 +204,17 @@ def comparison_report(
     lines = [
         f"# Paired comparison on the `{test_set}` set; reference `{reference.name}`",
         "",
-        "Cells paired by (method, L, labelled draw, seed). What each experiment changes against the reference, from "
-        "the settings its cells recorded:",
+        "Cells paired by (method, L, labelled draw, seed, pre-training seed). What each experiment changes against "
+        "the reference, from the settings its cells recorded:",
         "",
     ]
+    if any(k[4] for k in all_cells):
+        lines += [
+            "**Several pre-training seeds:** each seed's cell pairs with the same cell of a method without one (random "
+            "initialisation), and these t-intervals treat the pairs as independent, so they are too narrow. The "
+            "seed-aware intervals are `python -m gcl_monai.benchmark protocol`'s.",
+            "",
+        ]
     lines += [f"- `{o.name}`: {_describe(setting_changes(reference, o))}" for o in others]
     header = ["Method", "experiment", "Dice per (draw, seed)", "mean", f"− `{reference.name}`"]
     header += [f"− {baseline} of the reference"] if baseline else []
@@ -194,11 +222,11 @@ def comparison_report(
         body = []
         for method in methods:
             for experiment in experiments:
-                keys = sorted((d, s) for (m, k, d, s) in experiment.cells if m == method and k == n)
+                keys = sorted((k for k in experiment.cells if k[:2] == (method, n)), key=_order)
                 if not keys:
                     continue
-                values = [experiment.cells[(method, n, d, s)]["dice"] for d, s in keys]
-                per_draw = ", ".join(f"d{d}s{s} {v:.3f}" for (d, s), v in zip(keys, values))
+                values = [experiment.cells[k]["dice"] for k in keys]
+                per_draw = ", ".join(f"{_cell_name(*k[2:])} {v:.3f}" for k, v in zip(keys, values))
                 label = METHODS[method].label if method in METHODS else method
                 row = [label, f"`{experiment.name}`", per_draw, f"{np.mean(values):.3f}"]
                 against_reference = _paired(experiment, reference, method, method, n)

@@ -110,7 +110,7 @@ def test_refuses_experiments_that_are_not_pairs(tmp_path):
     ref = load_experiment(tmp_path / "ref", "val")
     with pytest.raises(ValueError, match="different splits"):
         comparison_report([ref, load_experiment(tmp_path / "split", "val")], "val")
-    with pytest.raises(ValueError, match="mixup L=1 draw 1 seed 1 labels p3 in ref but p2 in draws"):
+    with pytest.raises(ValueError, match="mixup L=1 cell d1s1 labels p3 in ref but p2 in draws"):
         comparison_report([ref, load_experiment(tmp_path / "draws", "val")], "val")
     with pytest.raises(ValueError, match="fine-tunes on prostate"):
         comparison_report([ref, load_experiment(tmp_path / "prostate", "val")], "val")
@@ -169,3 +169,43 @@ def test_cells_without_recorded_settings_are_said_so(tmp_path):
     assert setting_changes(ref, older) is None
     assert setting_changes(ref, ref) == {}
     assert "- `old`: no paired cell recorded its settings on both sides" in comparison_report([ref, older], "val")
+
+
+def test_cells_of_several_pretraining_seeds_are_kept_apart_and_paired_seed_by_seed(tmp_path):
+    """Two pre-training seeds of GCL do not overwrite each other: GCL seed s pairs with GCL seed s of the reference,
+    and each seed's cell with random's cell of the same draw; the report warns that those intervals are too narrow."""
+    values = {("random", None): (0.50, 0.60), ("gcl", 0): (0.55, 0.70), ("gcl", 1): (0.53, 0.64)}
+    folders = []
+    for name, shift in (("ref", 0.0), ("other", 0.01)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "plan.json").write_text(json.dumps({"name": name, "data": "acdc"}))
+        (folder / "split.json").write_text(json.dumps(SPLIT))
+        rows = [
+            {
+                "method": method,
+                "num_labeled": 2,
+                "repeat": draw,
+                "draw": draw,
+                "seed": draw,
+                "pretrain_seed": "" if pre is None else pre,
+                "test_set": "val",
+                "dice": dice + (shift if method == "gcl" else 0.0),
+                "status": "ok",
+                "labelled_patients": PATIENTS[draw],
+                "run_dir": "",
+            }
+            for (method, pre), dices in values.items()
+            for draw, dice in enumerate(dices)
+        ]
+        results.write_csv(rows, folder / "results.csv")
+        folders.append(load_experiment(folder, "val"))
+    ref, other = folders
+    assert len(ref.cells) == 6
+    md = comparison_report([ref, other], "val", baseline="random")
+    assert "Several pre-training seeds" in md
+    # GCL of `other` against GCL of the reference: +0.01 on each of the 4 cells (2 draws x 2 seeds)
+    assert "d0s0 0.560, d0s0p1 0.540, d1s1 0.710, d1s1p1 0.650" in md and "(4 of 4)" in md
+    # GCL of the reference against random: 0.05, 0.10 (seed 0), 0.03, 0.04 (seed 1), each with random's own cell
+    mean = (0.05 + 0.10 + 0.03 + 0.04) / 4
+    assert f"+{mean:.3f} [" in md

@@ -1,9 +1,8 @@
 """
 Paired comparison across experiments: the same fine-tuning cells (method, L, labelled draw, seed and pre-training
-seed) run in several
-experiments whose settings differ, e.g. a sweep of one override (``--finetune-set consistency_weight=W``, one
-experiment per value), each paired cell by cell with a reference experiment. It is the table a setting is chosen on,
-on the validation patients by default::
+seed) run in several experiments whose settings differ, e.g. a sweep of one override (``--finetune-set
+consistency_weight=W``, one experiment per value), each paired cell by cell with a reference experiment. It is the
+table a setting is chosen on, on the validation patients by default::
 
     python -m gcl_monai.benchmark compare --names cpu-semi_acdc cpu-semi-w03_acdc cpu-semi-w10_acdc --baseline random
 

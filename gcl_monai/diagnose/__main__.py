@@ -27,7 +27,7 @@ from monai.bundle import ConfigWorkflow
 
 from gcl_monai.data import GroupedSampler
 from gcl_monai.diagnose.embeddings import representation_measures
-from gcl_monai.diagnose.positives import meta_label_positives
+from gcl_monai.diagnose.positives import meta_label_positives, sampled_positives
 from gcl_monai.diagnose.recorder import TrajectoryRecorder
 from gcl_monai.diagnose.summary import summarise, write_diagnosis
 from gcl_monai.handlers import RepresentationCollapse
@@ -90,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         summary.verdict = "collapsed (" + summary.verdict + ")"
     summary.representation = representation_measures(trainer)
     table = getattr(getattr(trainer.data_loader, "dataset", None), "slice_table", None)
-    if isinstance(getattr(trainer.data_loader, "sampler", None), GroupedSampler):
-        logger.info("positives per batch: not reported, the batches are grouped (--slices_per_patient), not uniform")
+    sampler = getattr(trainer.data_loader, "sampler", None)
+    if table is not None and isinstance(sampler, GroupedSampler):  # batches of whole groups (--slices_per_patient)
+        summary.positives = sampled_positives(table, trainer.meta_labels, summary.batch_size, sampler)
     elif table is not None:  # the bundles' shuffled DataLoader over a SliceDataset
         summary.positives = meta_label_positives(table, trainer.meta_labels, summary.batch_size)
     if "probe_dice" in trainer.state.metrics:  # the bundle's probe handler (--probe_interval N) ran

@@ -89,8 +89,9 @@ class DiagnosisSummary:
         if self.positives:
             lines += [
                 "",
-                f"Positives of another image per anchor in a batch of {self.batch_size} (expected, "
-                "`gcl_monai.diagnose.positives`; without one, a meta label's loss is SimCLR's for that anchor):",
+                f"Positives of another image per anchor in a batch of {self.batch_size} "
+                "(`gcl_monai.diagnose.positives`: expected for uniform batches, counted in the sampler's batches for "
+                "grouped ones; without one, a meta label's loss is SimCLR's for that anchor):",
                 "",
                 "| meta label | other images with the anchor's label | anchors with at least one |",
                 "|---|---|---|",

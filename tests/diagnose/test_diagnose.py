@@ -89,7 +89,7 @@ def test_parse_overrides():
 
 @pytest.mark.parametrize("slices_per_patient", [1, 2])
 def test_diagnose_end_to_end_on_the_phantom(tmp_path, capsys, slices_per_patient):
-    """The report; its uniform-batch positives only where the batches are uniform (not grouped by patient)."""
+    """The report, with the positives per anchor: expected for uniform batches, counted for batches of groups."""
     out = tmp_path / "diag"
     argv = [
         "--config_file",
@@ -130,10 +130,9 @@ def test_diagnose_end_to_end_on_the_phantom(tmp_path, capsys, slices_per_patient
     assert 0 <= rep["alignment/img"] <= 4 and -4 <= rep["uniformity/img"] <= 0
     assert "effective rank (RankMe)" in (out / "report.md").read_text()
     positives = summary["positives"]
-    if slices_per_patient > 1:  # grouped batches: the hypergeometric figures would be wrong, so none
-        assert positives == {} and "anchors with at least one" not in (out / "report.md").read_text()
-        return
     assert set(positives) == {"patient_id", "slice_quantile", "organ_state"}
+    if slices_per_patient > 1:  # batches of whole pairs of one patient's slices: counted, one at least per anchor
+        assert positives["patient_id"]["share"] == 1.0 and positives["patient_id"]["mean"] >= 1.0
     assert all(0 <= p["share"] <= 1 and 0 <= p["mean"] <= 3 for p in positives.values())
     assert "anchors with at least one" in (out / "report.md").read_text()
 
@@ -212,6 +211,37 @@ def test_label_free_measures_by_hand():
     assert alignment(z, z) == 0.0 and alignment(z, -z) == pytest.approx(4.0)
     # two orthogonal unit vectors: squared distance 2, log exp(-2 * 2) = -4; all identical: 0
     assert uniformity(z) == pytest.approx(-4.0) and uniformity(torch.ones(5, 3)) == pytest.approx(0.0)
+
+
+def test_positives_counted_in_the_samplers_batches():
+    """Uniform batches (a shuffled order): the count approaches the hypergeometric figures; batches of two slices of
+    one patient (GroupedSampler): every anchor has its group mate, 1 + what the other group brings; torch's random
+    state is as before."""
+    from gcl_monai.data import GroupedSampler
+    from gcl_monai.data.slice_dataset import SliceRecord
+    from gcl_monai.diagnose.positives import batch_positives, sampled_positives
+
+    patients = [0, 0, 1, 1, 1, 1, 2, 2]
+    table = [SliceRecord(v, 0, p, v % 4, 0) for v, p in enumerate(patients)]
+
+    class Shuffled:
+        def __iter__(self):
+            return iter(torch.randperm(len(table)).tolist())
+
+    torch.manual_seed(0)
+    state = torch.random.get_rng_state()
+    uniform = sampled_positives(table, ["patient_id", "organ_state"], 4, Shuffled(), passes=3000)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    for name, labels in (("patient_id", patients), ("organ_state", [0] * 8)):
+        expected = batch_positives(labels, 4)
+        assert uniform[name]["mean"] == pytest.approx(expected["mean"], abs=0.02)
+        assert uniform[name]["share"] == pytest.approx(expected["share"], abs=0.02)
+    grouped = sampled_positives(table, ["patient_id"], 4, GroupedSampler(patients, group_size=2), passes=500)
+    # the other group of the batch is patient 1's with probability 1/3 (3 groups besides, one of them patient 1's)
+    # for an anchor of patient 1, else 0: mean 1 + 2 * (4/8) * (1/3)
+    assert grouped["patient_id"]["share"] == 1.0
+    assert grouped["patient_id"]["mean"] == pytest.approx(1 + 2 * 0.5 / 3, abs=0.03)
+    assert sampled_positives(table, ["patient_id"], 16, Shuffled()) == {}
 
 
 def test_positives_per_anchor_by_hand():

@@ -30,9 +30,9 @@ from gcl_monai.networks import ENCODER_PREFIXES
 __all__ = [
     "ENCODER_HASH_KEY",
     "STATUS_FILE",
-    "encoder_hash",
     "check_cell_settings",
     "encoder_elsewhere",
+    "encoder_hash",
     "finetune_done",
     "forget_encoder_hash",
     "labelled_subset",

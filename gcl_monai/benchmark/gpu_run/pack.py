@@ -37,6 +37,7 @@ import torch
 from gcl_monai.benchmark.cells import STATUS_FILE, read_status
 from gcl_monai.benchmark.gpu_run.state import LOCK_FILE, STATE_FILE
 from gcl_monai.benchmark.gpu_run.terms import TERMS, LendingTerms
+from gcl_monai.benchmark.records import RECORD_SUFFIXES
 from gcl_monai.handlers import latest_checkpoint
 
 __all__ = ["ARCHIVE", "BF16_SUFFIX", "COLLECTED", "REPORT", "collect", "extract", "pack", "repack", "unpack"]
@@ -47,8 +48,6 @@ ARCHIVE = "run.tgz"
 REPORT = "report.md"
 #: suffix, inside the archive, of a checkpoint whose floating-point tensors were stored as bfloat16
 BF16_SUFFIX = ".bf16"
-#: the collected files whose text may name the device's checkout
-_TEXT_SUFFIXES = (".md", ".json", ".csv", ".log")
 #: the files of the comparison's folder that :py:func:`collect` copies (what docs/results keeps of an experiment)
 COLLECTED = (
     "results.csv",
@@ -318,7 +317,8 @@ def collect(returned: Path, into: Path) -> list[Path]:
             if not source.exists():
                 continue
             data = source.read_bytes()
-            if source.suffix in _TEXT_SUFFIXES:  # bytes, so that line endings stay as written
+            # records may name the device's checkout; replaced as bytes, so that line endings stay as written
+            if source.suffix in RECORD_SUFFIXES:
                 for checkout in checkouts:
                     data = data.replace(f"{checkout}/".encode(), b"")
             target.write_bytes(data)

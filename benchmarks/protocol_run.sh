@@ -8,6 +8,8 @@
 # after stage B (stage C waits for stage A's choice). docs/results/protocol_<DATA>/run.sh holds each dataset's call.
 # On a new machine, restore the records kept in docs/results/protocol_<DATA>/kept first (its README); REMAKE_ENCODERS=1
 # then also pre-trains again the encoders that stayed on the old machine (for the test-split probe).
+# SET_ASIDE_STALE=1: a pre-training made again with other bytes than its first encoder takes the new one and moves
+# the cells that loaded the first to discarded/, to run again (by default it fails: gcl_monai/benchmark/remade.py).
 set -eu
 if [ $# -lt 2 ]; then
   echo "usage: $0 DATA PRESET [DATA_ROOT] [RESULTS_DIR]" >&2
@@ -17,7 +19,7 @@ DATA=$1 PRESET=$2
 ROOT=${3:-${GCL_DATA_ROOT:-../shared/data}}
 RESULTS=${4:-results}
 B="python -m gcl_monai.benchmark --preset $PRESET --data $DATA --data-root $ROOT --results-dir $RESULTS --jobs ${JOBS:-2}"
-B="$B${REMAKE_ENCODERS:+ --remake-encoders}"
+B="$B${REMAKE_ENCODERS:+ --remake-encoders}${SET_ASIDE_STALE:+ --set-aside-stale-cells}"
 A="python -m gcl_monai.benchmark protocol --results-dir $RESULTS"
 CONTROL="--methods random supervised_encoder --pretrain-seeds 0 1"
 registration() {  # L: the registered comparisons when L is primary

@@ -131,6 +131,13 @@ def run_parser() -> argparse.ArgumentParser:
         "the bytes of the first one (the fingerprint its status kept), else the pre-training fails",
     )
     parser.add_argument(
+        "--set-aside-stale-cells",
+        action="store_true",
+        help="when a pre-training made again has other bytes than its first encoder, take the new encoder and move "
+        "the fine-tuning cells that loaded the first to the experiment's discarded/ (they run again) instead of "
+        "failing",
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
         default=None,
@@ -224,6 +231,7 @@ def main_run(argv: Sequence[str]) -> int:
         pretrain_from=_experiment_folders(args.results_dir, "--pretrain-from", args.pretrain_from),
         finetune_from=_experiment_folders(args.results_dir, "--finetune-from", args.finetune_from),
         remake_encoders=args.remake_encoders,
+        set_aside_stale_cells=args.set_aside_stale_cells,
     )
     if csv_path is None:
         return 0

@@ -29,6 +29,7 @@ from gcl_monai.networks import ENCODER_PREFIXES
 
 __all__ = [
     "ENCODER_HASH_KEY",
+    "REMADE_HASH_KEY",
     "STATUS_FILE",
     "check_cell_settings",
     "encoder_elsewhere",
@@ -52,6 +53,8 @@ logger = logging.getLogger("gcl_monai.benchmark")
 STATUS_FILE = "benchmark.json"
 # the status key of a finished pre-training's encoder fingerprint (:py:func:`encoder_hash`)
 ENCODER_HASH_KEY = "encoder_sha256"
+# the status key, beside a failed pre-training's first fingerprint, of the encoder it made again with other bytes
+REMADE_HASH_KEY = "remade_sha256"
 
 
 def _cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
@@ -188,10 +191,12 @@ def run_pretrain(cell: PretrainCell) -> str:
                 f"{cell.folder / 'encoder.pt'} was made again and differs from the encoder this cell made before "
                 f"(sha256 {made}, recorded {kept[ENCODER_HASH_KEY]}): the fine-tuning cells that loaded the first "
                 "one would mix with cells loading this one. Run the pre-training on the machine and thread count "
-                "it first ran with, or delete the cell's folder and its fine-tuning cells to run them all again."
+                "it first ran with, or rerun with --set-aside-stale-cells to take this encoder and run those cells "
+                "again (the first ones moved to the experiment's discarded/)."
             )
             logger.error("Pre-training %s: %s", cell.method, message)
-        kept = {ENCODER_HASH_KEY: kept.get(ENCODER_HASH_KEY, made)}
+            kept = {**kept, REMADE_HASH_KEY: made}
+        kept = {**kept, ENCODER_HASH_KEY: kept.get(ENCODER_HASH_KEY, made)}
     if outcome == "collapsed":
         logger.error(
             "REPRESENTATION COLLAPSE in %s: %s. Its fine-tuning cells are reported as collapsed.", cell.method, message

@@ -8,7 +8,8 @@ plan, the split, the progress log, ``results.csv`` and each cell's ``benchmark.j
 what a rerun needs to skip a finished fine-tuning cell and what the analysis reads. The weights (fine-tuned models,
 encoders, checkpoints) and the TensorBoard files stay behind: about 8 MB per cell. A pre-training whose encoder
 stayed behind is made again when a cell still needs it. Its status keeps the encoder's fingerprint, and a rerun
-that makes other bytes fails loudly (:py:func:`gcl_monai.benchmark.cells.run_pretrain`).
+that makes other bytes fails loudly (:py:func:`gcl_monai.benchmark.cells.run_pretrain`), or, when asked, takes the
+new encoder and sets the first encoder's cells aside (:py:mod:`gcl_monai.benchmark.remade`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ An experiment lives in ``<results_dir>/<name>/``:
 Every cell is a ``monai.bundle.run`` of ``pretrain.json``, ``train.json`` or ``evaluate.json`` with overrides; a
 finished cell is skipped by a rerun and an interrupted pre-training resumes from its last checkpoint; a cell on disk
 that ran with other settings than the plan gives it stops the run before anything starts
-(:py:func:`gcl_monai.benchmark.cells.check_cell_settings`). With ``jobs`` > 1 the cells run in worker processes,
+(:py:func:`gcl_monai.benchmark.cells.check_cell_settings`); cells set aside (:py:mod:`gcl_monai.benchmark.remade`)
+go to ``discarded/``. With ``jobs`` > 1 the cells run in worker processes,
 a fine-tuning cell once its pre-training is done.
 """
 
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from gcl_monai.benchmark.bundles import parse_bundle_item
 from gcl_monai.benchmark.cells import (
+    REMADE_HASH_KEY,
     encoder_elsewhere,
     finetune_done,
     forget_encoder_hash,
@@ -42,6 +44,7 @@ from gcl_monai.benchmark.cells import (
 from gcl_monai.benchmark.experiment import Experiment, FinetuneCell, PretrainCell
 from gcl_monai.benchmark.plan import PLAN_FILE, describe, plan_experiment
 from gcl_monai.benchmark.progress import Progress, hms
+from gcl_monai.benchmark.remade import replace_encoder
 from gcl_monai.benchmark.report import write_report
 from gcl_monai.benchmark.results import collect_rows, write_csv
 from gcl_monai.benchmark.reuse import import_finetuning, import_pretraining
@@ -65,6 +68,7 @@ def run_experiment(
     jobs: int = 1,
     devices: Sequence[str] = (),
     remake_encoders: bool = False,
+    set_aside_stale_cells: bool = False,
 ) -> Path | None:
     """
     Runs every cell not finished yet, then writes ``results.csv``, ``table.md`` and the plots.
@@ -82,6 +86,9 @@ def run_experiment(
         remake_encoders: make again the encoder of a finished pre-training whose weights are not on this machine
             (its records restored, :py:mod:`gcl_monai.benchmark.records`) even when no fine-tuning cell left needs it
             (e.g. to probe it); by default only a pre-training that a cell still loads runs again.
+        set_aside_stale_cells: when such a pre-training makes an encoder with other bytes than the first (by
+            default a failure), take the new one and set aside the cells that loaded the first, which then run
+            again (:py:mod:`gcl_monai.benchmark.remade`).
 
     Returns:
         the path of ``results.csv`` (None for a dry run).
@@ -99,8 +106,20 @@ def run_experiment(
     with Progress(plan.cells, plan.folder / "progress.log", jobs=jobs) as progress:
         logger.info("%s", "\n".join(plan.header))
 
+        def take_remade(index: int, cell: PretrainCell | FinetuneCell) -> bool:
+            """With ``set_aside_stale_cells``, takes an encoder made again with other bytes; True when taken."""
+            status = read_status(cell.folder) if isinstance(cell, PretrainCell) else {}
+            if not (set_aside_stale_cells and status.get("status") == "failed" and REMADE_HASH_KEY in status):
+                return False
+            moved = replace_encoder(cell, [c for c in plan.results_cells if _loads(c, cell)])
+            names = ", ".join(p.name for p in moved) or "none"
+            progress.log(index, cell, f"made again with other bytes: the new encoder taken; set aside: {names}")
+            return True
+
         def prepare(index: int, cell: PretrainCell | FinetuneCell) -> bool:
             """Takes, skips or starts a cell whose pre-training is done; True when it is to run."""
+            if take_remade(index, cell):
+                return False
             if isinstance(cell, PretrainCell) and (taken := import_pretraining(cell, list(pretrain_from))):
                 progress.add_recorded(cell)
                 progress.log(index, cell, f"taken from {taken}")
@@ -138,6 +157,7 @@ def run_experiment(
             if outcome == "finished":
                 progress.add(cell, seconds)
             progress.log(index, cell, f"{outcome} in {hms(seconds)}")
+            take_remade(index, cell)
             write_csv(collect_rows(plan.results_cells), csv_path)
 
         run_cells(plan.cells, prepare, finish, jobs=jobs, devices=devices)

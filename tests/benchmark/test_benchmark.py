@@ -1171,8 +1171,8 @@ def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypa
     """
     ``keep`` on machine A, ``restore`` on machine B (no weights travel; each machine its own checkout): the finished
     cells are not run again, a pre-training that no cell needs is not made again, ``--remake-encoders`` makes it
-    again with the first encoder's bytes (one thread: the same floating-point order), and an encoder made again
-    with other bytes fails loudly.
+    again with the first encoder's bytes (one thread: the same floating-point order), an encoder made again with
+    other bytes fails loudly, and ``--set-aside-stale-cells`` then takes it and runs the first encoder's cell again.
     """
     from gcl_monai.benchmark.records import record_files
 
@@ -1239,5 +1239,16 @@ def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypa
         failed = cells.read_status(made.parent)
         assert failed["status"] == "failed" and "differs from the encoder this cell made before" in failed["message"]
         assert failed[cells.ENCODER_HASH_KEY] == "0" * 64  # the first fingerprint stays the reference
+
+        # --set-aside-stale-cells takes the encoder made again and runs the first encoder's cell again with it
+        assert main(argv("--repeats", "2", "--set-aside-stale-cells")) == 0
+        taken = cells.read_status(made.parent)
+        assert taken["status"] == "finished" and taken[cells.ENCODER_HASH_KEY] == cells.encoder_hash(made)
+        run = machine_b / "results" / "run"
+        first_cell = [p.name for p in (run / "finetune").iterdir() if (kept / "finetune" / p.name).exists()]
+        assert [p.name for p in (run / "discarded").iterdir()] == [f"finetune_{name}" for name in first_cell]
+        assert len(first_cell) == 1 and "the new encoder taken" in (run / "progress.log").read_text()
+        rows = read_results(run / "results.csv")
+        assert {r["status"] for r in rows} == {"ok"} and len({r["run_dir"] for r in rows}) == 2
     finally:
         torch.set_num_threads(threads)

@@ -40,6 +40,7 @@ def _drive(tmp_path, control_low: str, recipe: str | None = "default", **env_var
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls.txt")}
     env["CONTROL_LOW"] = control_low
     env.pop("REMAKE_ENCODERS", None)
+    env.pop("SET_ASIDE_STALE", None)
     env.update(env_vars)
     env.pop("RECIPE", None)
     if recipe is not None:
@@ -72,10 +73,16 @@ def test_a_resolved_control_at_l2_runs_stage_c_there_then_keeps_and_analyses_it(
     ]
 
 
-def test_remake_encoders_reaches_every_run_of_the_driver(tmp_path):
-    calls, _ = _drive(tmp_path, "2=0.01,1=0.05", REMAKE_ENCODERS="1")
+@pytest.mark.parametrize(
+    "variable, flag", [("REMAKE_ENCODERS", "--remake-encoders"), ("SET_ASIDE_STALE", "--set-aside-stale-cells")]
+)
+def test_the_machine_switches_reach_every_run_of_the_driver(tmp_path, variable, flag):
+    calls, _ = _drive(tmp_path, "2=0.01,1=0.05", **{variable: "1"})
     runs = [c for c in calls if c.startswith("--preset")]
-    assert len(runs) == 2 and all(c.endswith("--remake-encoders") or "--remake-encoders " in c for c in runs)
+    assert len(runs) == 2 and all(c.endswith(flag) or f"{flag} " in c for c in runs)
+    (tmp_path / "unset").mkdir()
+    unset, _ = _drive(tmp_path / "unset", "2=0.01,1=0.05")
+    assert not any(flag in c for c in unset)
 
 
 def test_an_unresolved_control_at_l2_moves_to_l1_and_l1_becomes_primary(tmp_path):

@@ -38,6 +38,7 @@ from gcl_monai.benchmark.cells import STATUS_FILE, read_status
 from gcl_monai.benchmark.gpu_run.state import LOCK_FILE, STATE_FILE
 from gcl_monai.benchmark.gpu_run.terms import TERMS, LendingTerms
 from gcl_monai.benchmark.records import RECORD_SUFFIXES
+from gcl_monai.benchmark.remade import DISCARDED, set_aside
 from gcl_monai.handlers import latest_checkpoint
 
 __all__ = ["ARCHIVE", "BF16_SUFFIX", "COLLECTED", "REPORT", "collect", "extract", "pack", "repack", "unpack"]
@@ -240,19 +241,8 @@ def unpack(returned: Path, work: Path) -> dict:
         _discard_pretraining(work / Path(path).parent)
     for cell in sorted(p for p in work.glob("results/*/finetune/*") if p.is_dir()):
         if read_status(cell).get("status") != "finished":  # its model, or its partial run's, stayed behind
-            _discard(cell)
+            set_aside(cell)
     return json.loads((work / STATE_FILE).read_text())
-
-
-def _discard(folder: Path) -> None:
-    """Moves a cell's or pre-training's folder to ``<experiment>/discarded/`` (kept to read, never run on)."""
-    if not folder.exists():  # set aside already, when the carry was made
-        return
-    experiment = folder.parents[1]
-    target = experiment / "discarded" / f"{folder.parent.name}_{folder.name}"
-    shutil.rmtree(target, ignore_errors=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(folder), target)
 
 
 #: a pre-training's folder, ``<method>`` or ``<method>_p<pre-training seed>``, and a fine-tuning cell's,
@@ -278,11 +268,11 @@ def _discard_pretraining(folder: Path) -> None:
     ]
     moved = [folder, *cells]
     for path in moved:
-        _discard(path)
+        set_aside(path)
     logger.warning(
         "The weights of %s stayed on the last machine: it pre-trains again; moved to %s: %s.",
         folder,
-        experiment / "discarded",
+        experiment / DISCARDED,
         ", ".join(p.name for p in moved),
     )
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from gcl_monai.benchmark.cells import ENCODER_HASH_KEY, REMADE_HASH_KEY, encoder_hash, read_status, write_status
 from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 
-__all__ = ["DISCARDED", "REMADE_HASH_KEY", "REPLACED_HASH_KEY", "replace_encoder", "set_aside"]
+__all__ = ["DISCARDED", "REPLACED_HASH_KEY", "replace_encoder", "set_aside"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 

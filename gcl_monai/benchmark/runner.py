@@ -19,8 +19,8 @@ Every cell is a ``monai.bundle.run`` of ``pretrain.json``, ``train.json`` or ``e
 finished cell is skipped by a rerun and an interrupted pre-training resumes from its last checkpoint; a cell on disk
 that ran with other settings than the plan gives it stops the run before anything starts
 (:py:func:`gcl_monai.benchmark.cells.check_cell_settings`); cells set aside (:py:mod:`gcl_monai.benchmark.remade`)
-go to ``discarded/``. With ``jobs`` > 1 the cells run in worker processes,
-a fine-tuning cell once its pre-training is done.
+go to ``discarded/``. With ``jobs`` > 1 the cells run in worker processes, a fine-tuning cell once its
+pre-training is done.
 """
 
 from __future__ import annotations

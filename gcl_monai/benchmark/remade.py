@@ -53,11 +53,12 @@ def set_aside(folder: Path) -> Path | None:
     return target
 
 
-def replace_encoder(pretraining: PretrainCell, loading: Sequence[FinetuneCell]) -> list[Path]:
+def replace_encoder(pretraining: PretrainCell, cells: Sequence[PretrainCell | FinetuneCell]) -> list[Path]:
     """
     Takes the encoder that ``pretraining`` made again with other bytes (its status ``failed`` with
-    :py:data:`REMADE_HASH_KEY`): the cells in ``loading`` (those that load its encoder) are set aside, the status
-    becomes ``finished`` with the new fingerprint, and the first one is kept as :py:data:`REPLACED_HASH_KEY`.
+    :py:data:`~gcl_monai.benchmark.cells.REMADE_HASH_KEY`): those of ``cells`` that load its encoder are set aside,
+    the status becomes ``finished`` with the new fingerprint, and the first one is kept as
+    :py:data:`REPLACED_HASH_KEY`.
 
     Returns:
         the folders the cells were moved to.
@@ -71,7 +72,7 @@ def replace_encoder(pretraining: PretrainCell, loading: Sequence[FinetuneCell]) 
         raise ValueError(f"{pretraining.folder}: no encoder made again with other bytes is recorded.")
     if not encoder.exists() or encoder_hash(encoder) != made:
         raise ValueError(f"{encoder} is not the encoder made again (sha256 {made}): run the pre-training again.")
-    stale = [cell for cell in loading if cell.pretrain is not None and cell.pretrain.folder == pretraining.folder]
+    stale = [c for c in cells if isinstance(c, FinetuneCell) and c.pretrain and c.pretrain.folder == pretraining.folder]
     moved = [target for cell in stale if (target := set_aside(cell.folder)) is not None]
     kept = {k: v for k, v in status.items() if k not in (REMADE_HASH_KEY, "message")}
     write_status(

@@ -111,7 +111,7 @@ def run_experiment(
             status = read_status(cell.folder) if isinstance(cell, PretrainCell) else {}
             if not (set_aside_stale_cells and status.get("status") == "failed" and REMADE_HASH_KEY in status):
                 return False
-            moved = replace_encoder(cell, [c for c in plan.results_cells if _loads(c, cell)])
+            moved = replace_encoder(cell, plan.results_cells)
             names = ", ".join(p.name for p in moved) or "none"
             progress.log(index, cell, f"made again with other bytes: the new encoder taken; set aside: {names}")
             return True

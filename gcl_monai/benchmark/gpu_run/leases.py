@@ -113,14 +113,13 @@ def plan_leases(budget: GpuRunBudget, terms: LendingTerms = TERMS) -> list[Lease
     fixed.append((f"pre-training {' and '.join(PRETRAIN_ITERATION_S)}, {epochs} epochs", pretrain * SIDE_BY_SIDE))
     leases, batch = [], []
     for cell in cells + [None]:
+        # the pre-trainings run in the first lease: its cells run beside them
         used = sum(part for _, part in fixed) + sum(part for _, _, part in batch)
-        beside = any(what.startswith("pre-training") for what, _ in fixed)
-        if cell is None or ((batch or fixed) and used + seconds(cell, beside) > room):
+        if cell is None or ((batch or fixed) and used + seconds(cell, not leases) > room):
             leases.append(Lease((start, *fixed, *_cell_parts(batch), pack)))
             fixed, batch = [], []
-            beside = False
         if cell is not None:
-            batch.append((*cell, seconds(cell, beside)))
+            batch.append((*cell, seconds(cell, not leases)))
     return leases
 
 

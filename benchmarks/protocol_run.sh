@@ -10,6 +10,9 @@
 # then also pre-trains again the encoders that stayed on the old machine (for the test-split probe).
 # SET_ASIDE_STALE=1: a pre-training made again with other bytes than its first encoder takes the new one and moves
 # the cells that loaded the first to discarded/, to run again (by default it fails: gcl_monai/benchmark/remade.py).
+# TEST_ROOT=DIR: patients never seen, in the layout of DATA (e.g. ACDC's official test set): every fine-tuned model is
+# also evaluated on all of them, and the registered analysis also runs on those rows (`--test-set external`). After a
+# finished run, the same command with TEST_ROOT trains nothing again: it only evaluates.
 set -eu
 if [ $# -lt 2 ]; then
   echo "usage: $0 DATA PRESET [DATA_ROOT] [RESULTS_DIR]" >&2
@@ -19,7 +22,7 @@ DATA=$1 PRESET=$2
 ROOT=${3:-${GCL_DATA_ROOT:-../shared/data}}
 RESULTS=${4:-results}
 B="python -m gcl_monai.benchmark --preset $PRESET --data $DATA --data-root $ROOT --results-dir $RESULTS --jobs ${JOBS:-2}"
-B="$B${REMAKE_ENCODERS:+ --remake-encoders}${SET_ASIDE_STALE:+ --set-aside-stale-cells}"
+B="$B${REMAKE_ENCODERS:+ --remake-encoders}${SET_ASIDE_STALE:+ --set-aside-stale-cells}${TEST_ROOT:+ --test-root $TEST_ROOT}"
 A="python -m gcl_monai.benchmark protocol --results-dir $RESULTS"
 CONTROL="--methods random supervised_encoder --pretrain-seeds 0 1"
 registration() {  # L: the registered comparisons when L is primary
@@ -51,6 +54,10 @@ fi
 C="protocol-stageC-L${primary}_$DATA"
 $B --num-labeled "$primary" --name "$C" $RECIPE --pretrain-from "protocol-stageB-L2_$DATA" \
   --finetune-from "protocol-stageB-L${primary}_$DATA"
-$A --name "$C" --registration "$(registration "$primary")"
+analyse() {  # experiment: the registered analysis of its test rows, and of the never-seen patients' with TEST_ROOT
+  $A --name "$1" --registration "$(registration "$primary")"
+  [ -z "${TEST_ROOT:-}" ] || $A --name "$1" --registration "$(registration "$primary")" --test-set external
+}
+analyse "$C"
 python -m gcl_monai.benchmark keep "$RESULTS/$C" "$RESULTS/cpu-protocol_$DATA"
-$A --name "cpu-protocol_$DATA" --registration "$(registration "$primary")"
+analyse "cpu-protocol_$DATA"

@@ -342,16 +342,23 @@ def _trained_settings(value: Any) -> Any:
 
 def check_plan(experiment: Experiment) -> None:
     """Refuses to mix settings in one experiment folder (only methods, L, repeats and seeds may change, and the
-    overrides of :py:data:`gcl_monai.benchmark.settings.IGNORED_KEYS`)."""
+    overrides of :py:data:`gcl_monai.benchmark.settings.IGNORED_KEYS`). An external test set may be added to a
+    folder that has none: its cells keep their training and only gain that evaluation (patients never seen, after
+    the run); another one than the folder's, or none where it has one, is refused."""
     path = experiment.folder / PLAN_FILE
     if not path.exists():
         return
     stored = json.loads(path.read_text())
     ours = json.loads(json.dumps(_experiment_record(experiment)))
     free = ("methods", "num_labeled", "repeats", "seeds_per_draw", "name")
-    for key in ("data", "pretrain_data", "test_root"):
+    for key in ("data", "pretrain_data"):
         if stored.get(key) != ours[key]:
             raise ValueError(f"{path}: {key} was {stored.get(key)!r}, now {ours[key]!r}; use another --name.")
+    if stored.get("test_root") not in (None, ours["test_root"]):
+        raise ValueError(
+            f"{path}: this folder evaluates on the external test set {stored['test_root']!r}, not "
+            f"{ours['test_root']!r}: pass --test-root {stored['test_root']}, or use another --name."
+        )
     for key, value in ours["preset"].items():
         if key not in free and _trained_settings(stored["preset"].get(key)) != _trained_settings(value):
             raise ValueError(

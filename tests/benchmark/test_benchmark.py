@@ -584,6 +584,13 @@ def test_rerun_with_other_settings_is_refused(tmp_path):
         plan.check_plan(
             Experiment("x", "demo", batched.replace(finetune={**batched.finetune, "lr": 1.0}), results_dir=tmp_path)
         )
+    # an external test set may be added later (only evaluations run); once there, it is the folder's
+    plan.check_plan(Experiment("x", "demo", mini, results_dir=tmp_path, test_root=tmp_path / "unseen"))
+    _write_plan(Experiment("x", "demo", mini, results_dir=tmp_path, test_root=tmp_path / "unseen"))
+    plan.check_plan(Experiment("x", "demo", mini, results_dir=tmp_path, test_root=tmp_path / "unseen"))
+    for other in (tmp_path / "other", None):
+        with pytest.raises(ValueError, match=f"external test set '{tmp_path / 'unseen'}', not"):
+            plan.check_plan(Experiment("x", "demo", mini, results_dir=tmp_path, test_root=other))
 
 
 # ------------------------------------------------------------------------------------------------ recorded settings
@@ -1104,6 +1111,15 @@ def test_end_to_end_on_the_phantom(tmp_path):
     assert [r["status"] for r in taken] == ["ok", "ok"]
     ours = [r for r in rows if (r["method"], r["draw"], r["test_set"]) == ("simclr", 0, "test")]
     assert [r["dice"] for r in taken if r["test_set"] == "test"] == [ours[0]["dice"]]
+
+    # patients never seen, after the run: an external test set added to the finished folder only evaluates; the
+    # model taken from "smoke" scores there what it scored in "smoke"
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "reuse").glob("**/*.pt")}
+    assert main(other + ["--methods", "simclr", "--test-root", str(external)]) == 0
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "reuse").glob("**/*.pt")} == stamps
+    unseen = {r["test_set"]: r["dice"] for r in read_results(tmp_path / "reuse" / "results.csv")}
+    smoke = [r for r in rows if (r["method"], r["draw"], r["test_set"]) == ("simclr", 0, "external")]
+    assert set(unseen) == {"test", "external", "val"} and unseen["external"] == smoke[0]["dice"]
 
     # two cells at a time, each in a worker process: every fine-tuning cell runs (after the pre-training it loads)
     other[other.index("reuse")] = "parallel"

@@ -20,7 +20,7 @@ if args[:1] == ["-"] or args[2:3] == ["control-resolved"]:
     sys.exit(subprocess.run([{sys.executable!r}, *args]).returncode)
 with open(os.environ["CALLS"], "a") as log:
     log.write(" ".join(args[2:]) + "\\n")
-if "--test-set" in args:
+if "--test-set" in args and args[args.index("--test-set") + 1] == "val":
     name = args[args.index("--name") + 1]
     l = name.split("-L")[1].split("_")[0]
     low = dict(item.split("=") for item in os.environ["CONTROL_LOW"].split(","))[l]
@@ -41,6 +41,7 @@ def _drive(tmp_path, control_low: str, recipe: str | None = "default", **env_var
     env["CONTROL_LOW"] = control_low
     env.pop("REMAKE_ENCODERS", None)
     env.pop("SET_ASIDE_STALE", None)
+    env.pop("TEST_ROOT", None)
     env.update(env_vars)
     env.pop("RECIPE", None)
     if recipe is not None:
@@ -83,6 +84,20 @@ def test_the_machine_switches_reach_every_run_of_the_driver(tmp_path, variable, 
     (tmp_path / "unset").mkdir()
     unset, _ = _drive(tmp_path / "unset", "2=0.01,1=0.05")
     assert not any(flag in c for c in unset)
+
+
+def test_patients_never_seen_are_evaluated_in_every_run_and_analysed_beside_the_test_split(tmp_path):
+    calls, _ = _drive(tmp_path, "2=0.01,1=0.05", TEST_ROOT="UNSEEN")
+    runs = [c for c in calls if c.startswith("--preset")]
+    assert len(runs) == 2 and all(" --test-root UNSEEN " in c for c in runs)
+    analysis = "protocol --results-dir --name {} --registration protocol"
+    assert calls[3:] == [
+        analysis.format("protocol-stageC-L2_prostate"),
+        analysis.format("protocol-stageC-L2_prostate") + " --test-set external",
+        "keep protocol-stageC-L2_prostate cpu-protocol_prostate",
+        analysis.format("cpu-protocol_prostate"),
+        analysis.format("cpu-protocol_prostate") + " --test-set external",
+    ]
 
 
 def test_an_unresolved_control_at_l2_moves_to_l1_and_l1_becomes_primary(tmp_path):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gcl_monai.benchmark.bundles import default_bundle_dir
+from gcl_monai.benchmark.cells import MODEL_ELSEWHERE
 from gcl_monai.benchmark.experiment import DATASETS, Experiment
 from gcl_monai.benchmark.presets import METHODS, PRESETS, Preset, finetune_iteration_overrides, get_preset
 from gcl_monai.benchmark.report import BASELINES, POWER_DIFFERENCES, VALIDATION_SET, read_results, write_report
@@ -236,10 +237,12 @@ def main_run(argv: Sequence[str]) -> int:
     if csv_path is None:
         return 0
     failed = [r for r in read_results(csv_path) if r["status"] in ("failed", "pretrain_failed")]
-    if failed:
-        logging.getLogger("gcl_monai.benchmark").error(
-            "%d result rows failed (see the message column of %s); a rerun retries them.", len(failed), csv_path
-        )
+    elsewhere = sum(r["message"] == MODEL_ELSEWHERE for r in failed)
+    log = logging.getLogger("gcl_monai.benchmark")
+    if len(failed) > elsewhere:
+        log.error("%d result rows failed (see the message column of %s); a rerun retries them.", len(failed), csv_path)
+    if elsewhere:
+        log.error("%d result rows %s; run it there (%s).", elsewhere, MODEL_ELSEWHERE, csv_path)
     return 1 if failed else 0
 
 

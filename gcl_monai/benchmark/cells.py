@@ -269,6 +269,16 @@ def trained(status: Mapping[str, Any]) -> bool:
     return bool(status.get("trained") or status.get("status") == "finished")
 
 
+#: why a test set added after a cell's training on another machine has no Dice (:py:func:`model_elsewhere`)
+MODEL_ELSEWHERE = "not evaluated: its model is not on this machine (a model stays where it was trained)"
+
+
+def model_elsewhere(cell: FinetuneCell) -> bool:
+    """Whether ``cell`` finished training on another machine (its records restored) and left its model there: an
+    evaluation it has not had (a test set added since) cannot run here."""
+    return trained(read_status(cell.folder)) and not (Path(cell.train_overrides["ckpt_dir"]) / "model.pt").exists()
+
+
 def check_cell_settings(cells: Sequence[PretrainCell | FinetuneCell]) -> int:
     """
     Refuses to go on when a cell that a rerun would take as done (or resume) ran with other settings than the plan

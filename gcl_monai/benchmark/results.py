@@ -9,7 +9,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gcl_monai.benchmark.cells import finetune_done, labelled_subset, last_validation_dice, read_status
+from gcl_monai.benchmark.cells import (
+    MODEL_ELSEWHERE,
+    finetune_done,
+    labelled_subset,
+    last_validation_dice,
+    model_elsewhere,
+    read_status,
+)
 from gcl_monai.benchmark.experiment import FinetuneCell
 from gcl_monai.benchmark.report import VALIDATION_SET
 
@@ -47,6 +54,7 @@ def collect_rows(finetune: list[FinetuneCell]) -> list[dict[str, Any]]:
             dice_file = cell.dice_file(test_set)
             summary = json.loads(dice_file.read_text()) if dice_file.exists() and pre_status is None else {}
             status = pre_status or ("ok" if summary else "failed")
+            reason = message or (MODEL_ELSEWHERE if status == "failed" and model_elsewhere(cell) else "")
             row = {
                 "dataset": cell.dataset,
                 "pretrain_dataset": cell.pretrain_dataset or "none",
@@ -70,7 +78,7 @@ def collect_rows(finetune: list[FinetuneCell]) -> list[dict[str, Any]]:
                 "pretrain_final_std": pre.get("final_std", ""),
                 "preset": cell.preset,
                 "run_dir": str(cell.folder),
-                "message": message if status != "ok" else "",
+                "message": reason if status != "ok" else "",
             }
             rows.append(row)
         if pre_status is None and cell_status.get("trained"):

@@ -32,10 +32,12 @@ from pathlib import Path
 
 from gcl_monai.benchmark.bundles import parse_bundle_item
 from gcl_monai.benchmark.cells import (
+    MODEL_ELSEWHERE,
     REMADE_HASH_KEY,
     encoder_elsewhere,
     finetune_done,
     forget_encoder_hash,
+    model_elsewhere,
     pretrain_done,
     read_status,
     record_encoder_hash,
@@ -85,7 +87,7 @@ def run_experiment(
         devices: devices dealt round-robin to the ``jobs`` workers' cells (empty: the preset's device).
         remake_encoders: make again the encoder of a finished pre-training whose weights are not on this machine
             (its records restored, :py:mod:`gcl_monai.benchmark.records`) even when no fine-tuning cell left needs it
-            (e.g. to probe it); by default only a pre-training that a cell still loads runs again.
+            (e.g. to probe it); by default only a pre-training that a cell still to train loads runs again.
         set_aside_stale_cells: when such a pre-training makes an encoder with other bytes than the first (by
             default a failure), take the new one and set aside the cells that loaded the first, which then run
             again (:py:mod:`gcl_monai.benchmark.remade`).
@@ -135,8 +137,11 @@ def run_experiment(
                 return False
             if isinstance(cell, PretrainCell) and encoder_elsewhere(cell):
                 loading = [c for c in plan.results_cells if _loads(c, cell)]
-                if not remake_encoders and all(finetune_done(c) for c in loading):
-                    message = "finished on another machine, its encoder not here; no cell left loads it: not made again"
+                if not remake_encoders and all(trained(read_status(c.folder)) for c in loading):
+                    message = (
+                        "finished on another machine, its encoder not here; no cell left to train loads it: "
+                        "not made again"
+                    )
                     progress.log(index, cell, f"{message} (--remake-encoders makes it)")
                     return False
                 if not any(trained(read_status(c.folder)) for c in loading):
@@ -144,6 +149,10 @@ def run_experiment(
                     progress.log(index, cell, "its encoder stayed on another machine and no cell trained with it: new")
             if isinstance(cell, FinetuneCell) and finetune_done(cell):
                 progress.log(index, cell, "already finished, skipped")
+                return False
+            if isinstance(cell, FinetuneCell) and model_elsewhere(cell):
+                left = ", ".join(t for t in cell.eval_overrides if not cell.dice_file(t).exists())
+                progress.log(index, cell, f"{left}: {MODEL_ELSEWHERE}")
                 return False
             if isinstance(cell, FinetuneCell) and cell.pretrain is not None:
                 pre = read_status(cell.pretrain.folder).get("status")

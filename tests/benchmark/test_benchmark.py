@@ -1021,6 +1021,9 @@ def test_run_takes_finished_cells_and_only_evaluates_what_is_missing(tmp_path, m
         },
     )
     theirs["random_L1_d1_s1"].dice_file("test").unlink()  # trained, not evaluated yet
+    models = Path(theirs["random_L1_d1_s1"].train_overrides["ckpt_dir"])
+    models.mkdir(parents=True)
+    (models / "model.pt").write_bytes(b"the trained model")
     ran = []
 
     def fake_finetune(cell):
@@ -1183,7 +1186,7 @@ def test_a_new_bundle_setting_is_registered_so_that_recorded_cells_stay_valid():
 
 
 @pytest.mark.slow
-def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypatch):
+def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypatch, capsys):
     """
     ``keep`` on machine A, ``restore`` on machine B (no weights travel; each machine its own checkout): the finished
     cells are not run again, a pre-training that no cell needs is not made again, ``--remake-encoders`` makes it
@@ -1191,6 +1194,7 @@ def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypa
     other bytes fails loudly, and ``--set-aside-stale-cells`` then takes it and runs the first encoder's cell again.
     """
     from gcl_monai.benchmark.records import record_files
+    from gcl_monai.bundle import ensure_phantom
 
     def checkout(name: str) -> Path:  # a machine's checkout: the demo bundle, run from the checkout's root
         root = tmp_path / name
@@ -1227,11 +1231,30 @@ def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypa
         assert main(["restore", str(kept), "results/run"]) == 0
         assert main(argv("--repeats", "1")) == 0  # nothing runs: the cell is done, and no cell needs the encoder
         log = (machine_b / "results" / "run" / "progress.log").read_text().split("Experiment run:")[-1]
-        assert "no cell left loads it: not made again" in log and "already finished, skipped" in log
+        assert "no cell left to train loads it: not made again" in log and "already finished, skipped" in log
         assert "starting" not in log and not list((machine_b / "results" / "run" / "pretrain" / "simclr").glob("*.pt"))
         rows = [read_results(folder / "results.csv") for folder in (Path("results/run"), kept)]
         restored, first = ([{k: v for k, v in r.items() if k != "run_dir"} for r in table] for table in rows)
         assert json.dumps(restored) == json.dumps(first)  # as text: NaN per-class cells of the validation rows
+
+        # a test set added here cannot be evaluated: the model stayed on machine A (said; nothing else changes)
+        external = ensure_phantom(tmp_path / "external", num_patients=2, seed=1, image_size=32)
+        capsys.readouterr()
+        assert main(argv("--repeats", "1", "--test-root", str(external))) == 1
+        errors = [line for line in capsys.readouterr().out.splitlines() if " - ERROR - " in line]
+        assert len(errors) == 1 and f"ERROR - 1 result rows {cells.MODEL_ELSEWHERE}; run it there" in errors[0]
+        log = (machine_b / "results" / "run" / "progress.log").read_text().split("Experiment run:")[-1]
+        assert f"external: {cells.MODEL_ELSEWHERE}" in log and "starting" not in log
+        (cell,) = (machine_b / "results" / "run" / "finetune").iterdir()
+        assert cells.read_status(cell)["status"] == "finished"
+        rows = read_results(Path("results/run/results.csv"))
+        assert [(r["status"], r["message"]) for r in rows if r["test_set"] == "external"] == [
+            ("failed", cells.MODEL_ELSEWHERE)
+        ]
+        others = [{k: v for k, v in r.items() if k != "run_dir"} for r in rows if r["test_set"] != "external"]
+        assert json.dumps(others) == json.dumps(first)  # the rows of the test and validation sets as they were
+        shutil.rmtree(machine_b / "results")
+        assert main(["restore", str(kept), "results/run"]) == 0
 
         assert main(argv("--repeats", "1", "--remake-encoders")) == 0
         made = machine_b / "results" / "run" / "pretrain" / "simclr" / "encoder.pt"

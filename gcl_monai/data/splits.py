@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -225,14 +226,21 @@ def save_split(split: Mapping[str, Sequence[dict]], path: str | Path) -> Path:
 
     Args:
         split: e.g. the output of :func:`split_patients`, possibly with labelled subsets added.
-        path: the JSON file to write (parent folders are created).
+        path: the JSON file to write (parent folders are created). It appears whole: written beside it under a name
+            of this process, then moved over it, so runs that start together and each write the same split never
+            read a part of it.
 
     Returns:
         The path written.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({k: list(v) for k, v in split.items()}, indent=1, default=_to_json))
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        partial.write_text(json.dumps({k: list(v) for k, v in split.items()}, indent=1, default=_to_json))
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path
 
 

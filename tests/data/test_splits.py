@@ -135,6 +135,22 @@ def test_save_load_split(tmp_path: Path):
         load_split(tmp_path / "missing.json")
 
 
+def test_a_split_file_appears_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    split = split_patients(acdc_like(2), 4, 2, 2, seed=0)
+    path = save_split(split, tmp_path / "split.json")
+    before = path.read_text()
+
+    def cut_short(self: Path, text: str, *args, **kwargs) -> int:  # a write that dies half-way (disk full, killed)
+        with open(self, "w") as f:
+            f.write(text[: len(text) // 2])
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", cut_short)
+    with pytest.raises(OSError, match="No space left"):
+        save_split(split_patients(acdc_like(2), 4, 2, 2, seed=1), path)
+    assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["split.json"]
+
+
 def test_unlabeled_subset_and_no_unlabelled_patient_left():
     pool = [{"patient": p, "image": f"{p}_{f}"} for p in ("a", "b", "c") for f in (1, 2)]
     assert [d["image"] for d in unlabeled_subset(pool, pool[:2])] == ["b_1", "b_2", "c_1", "c_2"]

@@ -274,8 +274,8 @@ MODEL_ELSEWHERE = "not evaluated: its model is not on this machine (a model stay
 
 
 def model_elsewhere(cell: FinetuneCell) -> bool:
-    """Whether ``cell`` finished training on another machine (its records restored) and left its model there: an
-    evaluation it has not had (a test set added since) cannot run here."""
+    """Whether ``cell`` finished training and its model is not here (its records restored from the machine that
+    trained it, where the model stayed): an evaluation it has not had (a test set added since) cannot run here."""
     return trained(read_status(cell.folder)) and not (Path(cell.train_overrides["ckpt_dir"]) / "model.pt").exists()
 
 

@@ -6,7 +6,7 @@
 # e.g. bash benchmarks/protocol_stage_a.sh gcl_acdc ../shared/data/acdc results/stageA 20 4 \
 #          "--num_pretrain 40 --num_val 12 --num_test 20"           (docs/results/probe_*/stage_a.sh hold each run's)
 # JOBS=N (default 1): up to N runs at once where nothing orders them (the probes of the references, the control,
-# each step's pre-trainings); give each one thread (OMP_NUM_THREADS=1) on a CPU of N cores.
+# each step's pre-trainings; benchmarks/spawn.sh); give each one thread (OMP_NUM_THREADS=1) on a CPU of N cores.
 set -u
 if [ $# -ne 6 ]; then
   echo "usage: $0 BUNDLE DATA_DIR OUT_DIR EPOCHS PROBE_INTERVAL SPLIT" >&2
@@ -16,16 +16,8 @@ BUNDLE=bundles/$1/configs DATA=$2 OUT=$3 EPOCHS=$4 INTERVAL=$5 SPLIT=$6
 CFG=$BUNDLE/pretrain.json
 W=$OUT/work
 SIMCLR="--meta_labels [None] --pixel_branch False --mitigate False --grad_filter_enabled False"
-JOBS=${JOBS:-1}
+. "$(dirname "$0")/spawn.sh"
 mkdir -p "$OUT"
-spawn() {  # command...: in the background once fewer than JOBS runs are going (JOBS=1: in the foreground)
-  if [ "$JOBS" -le 1 ]; then
-    "$@"
-    return
-  fi
-  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
-  "$@" &
-}
 pre() {  # method seed [overrides...]
   local m=$1 s=$2; shift 2
   local name=$m; [ "$s" -gt 0 ] && name=${m}_p$s

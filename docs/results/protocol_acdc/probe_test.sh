@@ -5,6 +5,7 @@
 # beside them. Run after the registered analysis. Resumable: a probe already written is skipped. The encoders are
 # those of stage C's experiment (EXPERIMENT); the rows go to cpu-protocol_acdc/probe_test, beside its analysis.
 #   bash docs/results/protocol_acdc/probe_test.sh [DATA_ROOT] [RESULTS_DIR] [EXPERIMENT]     (from the repository's root)
+# JOBS=2 OMP_NUM_THREADS=1: two probes at once, one thread each (benchmarks/spawn.sh).
 set -eu
 ROOT=${1:-${GCL_DATA_ROOT:-../shared/data}}
 RESULTS=${2:-results}
@@ -27,16 +28,18 @@ probe() {  # name encoder [overrides...]
     --dataset_dir "$ROOT/acdc" --work_dir "$OUT/work" --split_file "$EXP/split.json" --eval test --encoder "$encoder" \
     --output_dir "$OUT/$name" "$@" > "$OUT/$name.log" 2>&1
 }
+. benchmarks/spawn.sh
 mkdir -p "$OUT"
 runs=()
 for seed in 0 1 2; do
-  probe "random_s$seed" random --encoder_seed "$seed"
+  spawn probe "random_s$seed" random --encoder_seed "$seed"
   runs+=("$OUT/random_s$seed")
 done
 for method in $METHODS; do
   for name in $method ${method}_p1 ${method}_p2; do
-    probe "$name" "$EXP/pretrain/$name/encoder.pt"
+    spawn probe "$name" "$EXP/pretrain/$name/encoder.pt"
     runs+=("$OUT/$name")
   done
 done
+wait
 python -m gcl_monai.probe.table "$OUT/probe_test.csv" "${runs[@]}"

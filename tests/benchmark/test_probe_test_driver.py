@@ -2,15 +2,13 @@
 ones probed once, ``JOBS`` at once, the table after the last; a missing encoder stops it before anything runs; a
 rerun probes nothing again. ``python`` is a stand-in that logs each run's start and end and writes its probe.json."""
 
-import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
+from tests.benchmark.drivers import most_at_once, run_driver
 
 STAND_IN = f"""#!{sys.executable}
 import os, sys, time
@@ -30,17 +28,8 @@ ENCODERS = [f"{m}{s}" for m in ("supervised_encoder", "simclr", "gcl") for s in 
 
 
 def _probe_test(tmp_path: Path, jobs: int) -> tuple[subprocess.CompletedProcess, list[str]]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    python = bin_dir / "python"
-    python.write_text(STAND_IN)
-    python.chmod(python.stat().st_mode | stat.S_IEXEC)
-    calls = tmp_path / "calls.txt"
-    calls.unlink(missing_ok=True)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls), "JOBS": str(jobs)}
     cmd = ["bash", "docs/results/protocol_acdc/probe_test.sh", "DATA", str(tmp_path / "results"), "stageC"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-    return proc, calls.read_text().splitlines() if calls.exists() else []
+    return run_driver(tmp_path, STAND_IN, cmd, JOBS=str(jobs))
 
 
 def _stage_c(tmp_path: Path, encoders: list[str]) -> None:
@@ -60,11 +49,7 @@ def test_every_encoder_is_probed_once_then_tabled(tmp_path, jobs):
     probes = [line.removeprefix("start gcl_monai.probe ") for line in log if line.startswith("start gcl_monai.probe ")]
     assert sorted(probes) == sorted([f"random_s{seed}" for seed in (0, 1, 2)] + ENCODERS)
     assert log[-2:] == ["start gcl_monai.probe.table probe_test.csv", "end gcl_monai.probe.table probe_test.csv"]
-    going = most = 0
-    for line in log:
-        going += 1 if line.startswith("start ") else -1
-        most = max(most, going)
-    assert most == jobs
+    assert most_at_once(log) == jobs
 
     proc, again = _probe_test(tmp_path, jobs)  # rerun: nothing probed again, the table rewritten
     assert proc.returncode == 0 and [line for line in again if line.startswith("start ")] == [

@@ -3,15 +3,12 @@
 again; with a stand-in for ``python`` that logs each run's start and end and leaves the files a real run leaves."""
 
 import json
-import os
-import stat
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
+from tests.benchmark.drivers import most_at_once, run_driver
 
 # the stand-in: a pre-training writes encoder.pt and the probe history that PROBES gives its method (epoch -> Dice),
 # the control its model.pt, a probe its probe.json; the rules run in the real Python
@@ -68,33 +65,16 @@ STEP_2 = {"pretrain gcl_pw01", "pretrain gcl_nopix", "pretrain gcl_nomit"}
 
 def _stage_a(tmp_path: Path, jobs: int) -> list[str]:
     """Runs the driver with the stand-in; the log of starts and ends, one line each."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    python = bin_dir / "python"
-    python.write_text(STAND_IN)
-    python.chmod(python.stat().st_mode | stat.S_IEXEC)
-    calls = tmp_path / "calls.txt"
-    calls.unlink(missing_ok=True)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls), "JOBS": str(jobs)}
-    env["PROBES"] = json.dumps(PROBES)
     out = tmp_path / "stage_a"
     cmd = ["bash", "benchmarks/protocol_stage_a.sh", "gcl_demo", "DATA", str(out), "8", "4", "--num_pretrain 4"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc, log = run_driver(tmp_path, STAND_IN, cmd, JOBS=str(jobs), PROBES=json.dumps(PROBES))
     assert proc.returncode == 0, proc.stderr
     assert (out / "chosen_length.txt").read_text().startswith("Stage A: GCL's length by the rule: 8 epochs")
-    return calls.read_text().splitlines()
+    return log
 
 
 def _runs(log: list[str], event: str) -> list[str]:
     return [line.split(" ", 1)[1] for line in log if line.startswith(f"{event} ")]
-
-
-def _most_at_once(log: list[str]) -> int:
-    going = most = 0
-    for line in log:
-        going += 1 if line.startswith("start ") else -1
-        most = max(most, going)
-    return most
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
@@ -117,7 +97,7 @@ def test_stage_a_runs_each_step_then_the_variants_the_rule_lets_through(tmp_path
         < log.index("start curves curves_recipe")
     )
     assert position["control control"] < position["probe control"]
-    assert _most_at_once(log) == jobs
+    assert most_at_once(log) == jobs
 
 
 def test_stage_a_runs_nothing_again_when_rerun(tmp_path):

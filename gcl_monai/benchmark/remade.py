@@ -21,7 +21,7 @@ from pathlib import Path
 from gcl_monai.benchmark.cells import ENCODER_HASH_KEY, REMADE_HASH_KEY, encoder_hash, read_status, write_status
 from gcl_monai.benchmark.experiment import FinetuneCell, PretrainCell
 
-__all__ = ["DISCARDED", "REPLACED_HASH_KEY", "replace_encoder", "set_aside"]
+__all__ = ["DISCARDED", "REPLACED_HASH_KEY", "loads", "replace_encoder", "set_aside"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
@@ -53,6 +53,11 @@ def set_aside(folder: Path) -> Path | None:
     return target
 
 
+def loads(cell: PretrainCell | FinetuneCell, pretraining: PretrainCell) -> bool:
+    """Whether ``cell`` is a fine-tuning cell that loads the encoder of ``pretraining``."""
+    return isinstance(cell, FinetuneCell) and cell.pretrain is not None and cell.pretrain.folder == pretraining.folder
+
+
 def replace_encoder(pretraining: PretrainCell, cells: Sequence[PretrainCell | FinetuneCell]) -> list[Path]:
     """
     Takes the encoder that ``pretraining`` made again with other bytes (its status ``failed`` with
@@ -72,7 +77,7 @@ def replace_encoder(pretraining: PretrainCell, cells: Sequence[PretrainCell | Fi
         raise ValueError(f"{pretraining.folder}: no encoder made again with other bytes is recorded.")
     if not encoder.exists() or encoder_hash(encoder) != made:
         raise ValueError(f"{encoder} is not the encoder made again (sha256 {made}): run the pre-training again.")
-    stale = [c for c in cells if isinstance(c, FinetuneCell) and c.pretrain and c.pretrain.folder == pretraining.folder]
+    stale = [cell for cell in cells if loads(cell, pretraining)]
     moved = [target for cell in stale if (target := set_aside(cell.folder)) is not None]
     kept = {k: v for k, v in status.items() if k not in (REMADE_HASH_KEY, "message")}
     write_status(

@@ -46,7 +46,7 @@ from gcl_monai.benchmark.cells import (
 from gcl_monai.benchmark.experiment import Experiment, FinetuneCell, PretrainCell
 from gcl_monai.benchmark.plan import PLAN_FILE, describe, plan_experiment
 from gcl_monai.benchmark.progress import Progress, hms
-from gcl_monai.benchmark.remade import replace_encoder
+from gcl_monai.benchmark.remade import loads, replace_encoder
 from gcl_monai.benchmark.report import write_report
 from gcl_monai.benchmark.results import collect_rows, write_csv
 from gcl_monai.benchmark.reuse import import_finetuning, import_pretraining
@@ -55,11 +55,6 @@ from gcl_monai.benchmark.scheduler import run_cells
 __all__ = ["run_experiment"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
-
-
-def _loads(cell: PretrainCell | FinetuneCell, pretraining: PretrainCell) -> bool:
-    """Whether ``cell`` is a fine-tuning cell that loads the encoder of ``pretraining``."""
-    return isinstance(cell, FinetuneCell) and cell.pretrain is not None and cell.pretrain.folder == pretraining.folder
 
 
 def run_experiment(
@@ -136,15 +131,15 @@ def run_experiment(
                 progress.log(index, cell, f"already {read_status(cell.folder)['status']}, skipped")
                 return False
             if isinstance(cell, PretrainCell) and encoder_elsewhere(cell):
-                loading = [c for c in plan.results_cells if _loads(c, cell)]
-                if not remake_encoders and all(trained(read_status(c.folder)) for c in loading):
+                trained_loading = [trained(read_status(c.folder)) for c in plan.results_cells if loads(c, cell)]
+                if not remake_encoders and all(trained_loading):
                     message = (
                         "finished on another machine, its encoder not here; no cell left to train loads it: "
                         "not made again"
                     )
                     progress.log(index, cell, f"{message} (--remake-encoders makes it)")
                     return False
-                if not any(trained(read_status(c.folder)) for c in loading):
+                if not any(trained_loading):
                     forget_encoder_hash(cell)
                     progress.log(index, cell, "its encoder stayed on another machine and no cell trained with it: new")
             if isinstance(cell, FinetuneCell) and finetune_done(cell):

@@ -22,8 +22,9 @@ from pathlib import Path
 
 __all__ = ["RECORD_SUFFIXES", "keep", "record_files", "restore"]
 
-#: the suffixes of an experiment's records (text): statuses, Dice, plan and split, progress log, results and tables
-RECORD_SUFFIXES = (".json", ".csv", ".log", ".md")
+#: the suffixes of an experiment's records (text): statuses, Dice, plan and split, progress log, results and tables,
+#: a pre-training's probe history (``probe_history.jsonl``: the probe's Dice and seconds per probed epoch)
+RECORD_SUFFIXES = (".json", ".jsonl", ".csv", ".log", ".md")
 
 
 def record_files(folder: Path) -> Iterator[Path]:

@@ -8,12 +8,15 @@ from pathlib import Path
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 
+# the drivers' switches: a test sets the ones it means, none comes from the shell that runs the tests
+DRIVER_SWITCHES = ("RECIPE", "JOBS", "REMAKE_ENCODERS", "SET_ASIDE_STALE", "TEST_ROOT")
+
 
 def run_driver(
     tmp_path: Path, stand_in: str, cmd: list[str], **env_vars: str
 ) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """Runs ``cmd`` from the repository's root with ``stand_in`` (a script's text) as ``python``; returns the
-    process and the lines the stand-in logged."""
+    """Runs ``cmd`` from the repository's root with ``stand_in`` (a script's text) as ``python`` and only the
+    driver switches given in ``env_vars``; returns the process and the lines the stand-in logged."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     python = bin_dir / "python"
@@ -21,7 +24,8 @@ def run_driver(
     python.chmod(python.stat().st_mode | stat.S_IEXEC)
     calls = tmp_path / "calls.txt"
     calls.unlink(missing_ok=True)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls), **env_vars}
+    env = {key: value for key, value in os.environ.items() if key not in DRIVER_SWITCHES}
+    env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", CALLS=str(calls), **env_vars)
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     return proc, calls.read_text().splitlines() if calls.exists() else []
 

@@ -1,15 +1,11 @@
 """benchmarks/protocol_run.sh, the protocol's driver: the commands it runs in order and stage B's rule, with a
 stand-in for ``python -m gcl_monai.benchmark`` that logs each call and writes stage B's validation analysis."""
 
-import os
-import stat
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
+from tests.benchmark.drivers import run_driver
 
 # the stand-in: the driver's rule (`control-resolved`) runs in the real Python; a `protocol --test-set val` call
 # writes the control's row of the validation analysis with the interval's lower bound that CONTROL_LOW gives for its L
@@ -32,24 +28,11 @@ if "--test-set" in args and args[args.index("--test-set") + 1] == "val":
 
 
 def _drive(tmp_path, control_low: str, recipe: str | None = "default", **env_vars: str) -> tuple[list[str], str]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    python = bin_dir / "python"
-    python.write_text(STAND_IN)
-    python.chmod(python.stat().st_mode | stat.S_IEXEC)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls.txt")}
-    env["CONTROL_LOW"] = control_low
-    env.pop("REMAKE_ENCODERS", None)
-    env.pop("SET_ASIDE_STALE", None)
-    env.pop("TEST_ROOT", None)
-    env.update(env_vars)
-    env.pop("RECIPE", None)
     if recipe is not None:
-        env["RECIPE"] = recipe
+        env_vars["RECIPE"] = recipe
     cmd = ["bash", "docs/results/protocol_prostate/run.sh", "DATA", str(tmp_path / "results")]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    proc, calls = run_driver(tmp_path, STAND_IN, cmd, CONTROL_LOW=control_low, **env_vars)
     assert proc.returncode == 0, proc.stderr
-    calls = (tmp_path / "calls.txt").read_text().splitlines()
     results = str(tmp_path / "results")
     return [" ".join(a.replace(f"{results}/", "") for a in c.split() if a != results) for c in calls], proc.stdout
 

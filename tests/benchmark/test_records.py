@@ -21,6 +21,9 @@ def _experiment(root, checkout, data_root):
     (cell / "model.pt").write_bytes(b"weights")
     (cell / "benchmark.json.tmp").write_text("{}")
     (cell / "events.out.tfevents.1.vm.1.0").write_bytes(b"scalars")
+    (folder / "pretrain" / "gcl").mkdir(parents=True)
+    (folder / "pretrain" / "gcl" / "probe_history.jsonl").write_text('{"epoch": 20, "dice": 0.5, "seconds": 170}\n')
+    (folder / "pretrain" / "gcl" / "encoder.pt").write_bytes(b"weights")
     return folder
 
 
@@ -28,12 +31,13 @@ def test_keep_copies_the_text_records_with_paths_relative_to_the_checkout(tmp_pa
     checkout = tmp_path / "machine" / "checkout"
     folder = _experiment(tmp_path / "machine" / "checkout", checkout, tmp_path / "machine" / "shared" / "data")
     kept = tmp_path / "kept"
-    assert keep(folder, kept) == 4
+    assert keep(folder, kept) == 5
     names = sorted(p.relative_to(kept).as_posix() for p in record_files(kept))
     assert names == [
         "finetune/random_L1_d0_s0/benchmark.json",
         "finetune/random_L1_d0_s0/eval/dice.json",
         "plan.json",
+        "pretrain/gcl/probe_history.jsonl",
         "split.json",
     ]
     assert json.loads((kept / "split.json").read_text())["test"][0]["image"] == "../shared/data/acdc/p1.h5#image"
@@ -53,7 +57,7 @@ def test_restore_fills_only_an_empty_folder_and_keep_needs_an_experiment(tmp_pat
     keep(folder, tmp_path / "kept")
     with pytest.raises(FileExistsError, match="not empty"):
         restore(tmp_path / "kept", folder)
-    assert restore(tmp_path / "kept", tmp_path / "b" / "run") == 4
+    assert restore(tmp_path / "kept", tmp_path / "b" / "run") == 5
     assert (
         tmp_path / "b" / "run" / "finetune" / "random_L1_d0_s0" / "eval" / "dice.json"
     ).read_text() == '{"dice": 0.5}'

@@ -8,8 +8,8 @@ Command line of the benchmark harness::
     python -m gcl_monai.benchmark compare --names cpu-semi_acdc cpu-semi-w10_acdc --baseline random
     python -m gcl_monai.benchmark protocol --name cpu-protocol_acdc
     python -m gcl_monai.benchmark gpu-run --out "$OUT"          # on a lent GPU machine (docs/gpu_run.md)
-    python -m gcl_monai.benchmark keep results/cpu-protocol_acdc docs/results/protocol_acdc/kept/cpu-protocol_acdc
-    python -m gcl_monai.benchmark restore docs/results/protocol_acdc/kept/cpu-protocol_acdc results/cpu-protocol_acdc
+    python -m gcl_monai.benchmark keep results/NAME docs/results/protocol_acdc/kept/NAME.tar.xz   # or a folder
+    python -m gcl_monai.benchmark restore docs/results/protocol_acdc/kept/NAME.tar.xz results/NAME
 """
 
 from __future__ import annotations
@@ -456,8 +456,9 @@ def main_records(argv: Sequence[str], command: str) -> int:
 
     what = {
         "keep": "Copy an experiment folder's records (statuses, Dice, plan, split, logs, results; no weights) to a "
-        "folder that outlives the machine (a committed one).",
-        "restore": "Copy kept records into an experiment folder of a new machine (which must not exist or be empty); "
+        "folder that outlives the machine (a committed one), or into one archive where the target ends in .tar.xz.",
+        "restore": "Copy kept records (a folder or a .tar.xz archive) into an experiment folder of a new machine "
+        "(which must not exist or be empty); "
         "the same benchmark command then goes on with the cells left.",
     }
     parser = argparse.ArgumentParser(prog=f"{PROG} {command}", description=what[command])

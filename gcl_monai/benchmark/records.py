@@ -10,6 +10,10 @@ encoders, checkpoints) and the TensorBoard files stay behind: about 8 MB per cel
 stayed behind is made again when a cell still needs it. Its status keeps the encoder's fingerprint, and a rerun
 that makes other bytes fails loudly (:py:func:`gcl_monai.benchmark.cells.run_pretrain`), or, when asked, takes the
 new encoder and sets the first encoder's cells aside (:py:mod:`gcl_monai.benchmark.remade`).
+
+Records are kept in a folder, or in one ``.tar.xz`` archive (``into`` ending in :py:data:`ARCHIVE_SUFFIX`): a
+finished experiment's hundreds of small files then travel as one file (every file of a checkout travels to a lent
+GPU in whole blocks: :py:func:`gcl_monai.benchmark.gpu_run.terms.travel_bytes`). ``restore`` takes either.
 """
 
 from __future__ import annotations
@@ -17,10 +21,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tarfile
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["RECORD_SUFFIXES", "keep", "record_files", "restore"]
+__all__ = ["ARCHIVE_SUFFIX", "RECORD_SUFFIXES", "keep", "record_files", "restore"]
+
+#: records kept as one archive: ``keep`` into, and ``restore`` from, a path with this suffix
+ARCHIVE_SUFFIX = ".tar.xz"
 
 #: the suffixes of an experiment's records (text): statuses, Dice, plan and split, progress log, results and tables,
 #: a pre-training's probe history (``probe_history.jsonl``: the probe's Dice and seconds per probed epoch)
@@ -64,8 +73,9 @@ def _relative_paths(experiment: Path) -> list[tuple[str, str]]:
 
 def keep(experiment: Path, into: Path) -> int:
     """
-    Copies the records of the experiment folder ``experiment`` into ``into`` (the same layout), replacing the copies
-    kept there before; files of ``into`` that ``experiment`` no longer has are left as they are. The paths in them
+    Copies the records of the experiment folder ``experiment`` into ``into`` (the same layout; a folder, or one
+    archive where ``into`` ends in :py:data:`ARCHIVE_SUFFIX`), replacing the copies kept there before; files of
+    ``into`` that ``experiment`` no longer has are left as they are. The paths in them
     are made relative to the checkout that ran the experiment (:py:func:`_relative_paths`): no machine's folders in
     a committed file.
 
@@ -78,28 +88,68 @@ def keep(experiment: Path, into: Path) -> int:
     experiment, into = Path(experiment), Path(into)
     if not (experiment / "plan.json").is_file():
         raise FileNotFoundError(f"{experiment} holds no plan.json: it is not an experiment folder.")
-    return _copy(experiment, into, _relative_paths(experiment))
+    if not _is_archive(into):
+        return _copy(experiment, into, _relative_paths(experiment))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "records"
+        if into.exists():
+            _extract(into, folder)
+        count = _copy(experiment, folder, _relative_paths(experiment))
+        partial = into.with_name(into.name + ".partial")  # written beside, then moved: never half an archive
+        into.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with tarfile.open(partial, "w:xz") as tar:
+                for path in record_files(folder):
+                    tar.add(path, arcname=path.relative_to(folder).as_posix())
+            os.replace(partial, into)
+        finally:
+            partial.unlink(missing_ok=True)
+    return count
 
 
 def restore(kept: Path, experiment: Path) -> int:
     """
-    Copies the records kept in ``kept`` into the experiment folder ``experiment`` of a new machine, where the same
-    command, run from the root of the checkout, then goes on with the cells left.
+    Copies the records kept in ``kept`` (a folder, or an archive ending in :py:data:`ARCHIVE_SUFFIX`) into the
+    experiment folder ``experiment`` of a new machine, where the same command, run from the root of the checkout,
+    then goes on with the cells left.
 
     Returns:
         the number of files copied.
 
     Raises:
-        FileNotFoundError: ``kept`` holds no ``plan.json``.
+        FileNotFoundError: ``kept`` holds no ``plan.json`` (or the archive ``kept`` does not exist).
         FileExistsError: ``experiment`` exists and is not empty: its cells may be newer than the records, and
             nothing of a run is overwritten.
     """
     kept, experiment = Path(kept), Path(experiment)
+    if _is_archive(kept):
+        with tempfile.TemporaryDirectory() as tmp:
+            _extract(kept, Path(tmp))
+            if not (Path(tmp) / "plan.json").is_file():
+                raise FileNotFoundError(f"{kept} holds no plan.json: no experiment's records were kept there.")
+            _refuse_a_run(experiment, kept)
+            return _copy(Path(tmp), experiment)
     if not (kept / "plan.json").is_file():
         raise FileNotFoundError(f"{kept} holds no plan.json: no experiment's records were kept there.")
+    _refuse_a_run(experiment, kept)
+    return _copy(kept, experiment)
+
+
+def _refuse_a_run(experiment: Path, kept: Path) -> None:
     if experiment.exists() and any(experiment.iterdir()):
         raise FileExistsError(
             f"{experiment} exists and is not empty: its cells may be newer than the records in {kept}. Restore into "
             "a results folder of a new machine only (or move this one aside first)."
         )
-    return _copy(kept, experiment)
+
+
+def _is_archive(path: Path) -> bool:
+    return path.name.endswith(ARCHIVE_SUFFIX)
+
+
+def _extract(archive: Path, folder: Path) -> None:
+    """Extracts the records archive ``archive`` into ``folder`` (regular files and folders only, inside it)."""
+    if not archive.is_file():
+        raise FileNotFoundError(f"{archive} does not exist: no records were kept there.")
+    with tarfile.open(archive, "r:xz") as tar:
+        tar.extractall(folder, filter="data")

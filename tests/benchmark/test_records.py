@@ -65,3 +65,26 @@ def test_restore_fills_only_an_empty_folder_and_keep_needs_an_experiment(tmp_pat
         keep(tmp_path / "b" / "run" / "finetune", tmp_path / "elsewhere")
     with pytest.raises(FileNotFoundError, match="no experiment's records"):
         restore(tmp_path / "nothing", tmp_path / "c")
+
+
+def test_records_kept_in_one_archive_restore_as_from_a_folder(tmp_path):
+    folder = _experiment(tmp_path / "machine", tmp_path / "machine", tmp_path / "data")
+    archive = tmp_path / "kept" / "run.tar.xz"
+    assert keep(folder, archive) == 5
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["run.tar.xz"]  # one file, no partial left
+    # a cell finished later is added; what the archive held and the experiment no longer has is kept
+    (folder / "finetune" / "random_L1_d0_s0" / "eval" / "dice.json").unlink()
+    later = folder / "finetune" / "gcl_L1_d0_s0"
+    later.mkdir()
+    (later / "benchmark.json").write_text('{"status": "finished"}')
+    assert keep(folder, archive) == 5
+    assert restore(archive, tmp_path / "b" / "run") == 6
+    restored = tmp_path / "b" / "run"
+    assert (restored / "finetune" / "random_L1_d0_s0" / "eval" / "dice.json").read_text() == '{"dice": 0.5}'
+    assert (restored / "finetune" / "gcl_L1_d0_s0" / "benchmark.json").read_text() == '{"status": "finished"}'
+    assert json.loads((restored / "plan.json").read_text())["bundle_dir"] == "bundles"
+    assert not (restored / "pretrain" / "gcl" / "encoder.pt").exists()
+    with pytest.raises(FileExistsError, match="not empty"):
+        restore(archive, restored)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        restore(tmp_path / "kept" / "other.tar.xz", tmp_path / "c")

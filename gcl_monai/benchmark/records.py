@@ -122,25 +122,23 @@ def restore(kept: Path, experiment: Path) -> int:
             nothing of a run is overwritten.
     """
     kept, experiment = Path(kept), Path(experiment)
-    if _is_archive(kept):
-        with tempfile.TemporaryDirectory() as tmp:
-            _extract(kept, Path(tmp))
-            if not (Path(tmp) / "plan.json").is_file():
-                raise FileNotFoundError(f"{kept} holds no plan.json: no experiment's records were kept there.")
-            _refuse_a_run(experiment, kept)
-            return _copy(Path(tmp), experiment)
-    if not (kept / "plan.json").is_file():
+    if not _is_archive(kept):
+        return _restore_folder(kept, experiment, kept)
+    with tempfile.TemporaryDirectory() as tmp:
+        _extract(kept, Path(tmp))
+        return _restore_folder(Path(tmp), experiment, kept)
+
+
+def _restore_folder(folder: Path, experiment: Path, kept: Path) -> int:
+    """:py:func:`restore` from the folder ``folder`` holding the records of ``kept`` (itself, or its extraction)."""
+    if not (folder / "plan.json").is_file():
         raise FileNotFoundError(f"{kept} holds no plan.json: no experiment's records were kept there.")
-    _refuse_a_run(experiment, kept)
-    return _copy(kept, experiment)
-
-
-def _refuse_a_run(experiment: Path, kept: Path) -> None:
     if experiment.exists() and any(experiment.iterdir()):
         raise FileExistsError(
             f"{experiment} exists and is not empty: its cells may be newer than the records in {kept}. Restore into "
             "a results folder of a new machine only (or move this one aside first)."
         )
+    return _copy(folder, experiment)
 
 
 def _is_archive(path: Path) -> bool:

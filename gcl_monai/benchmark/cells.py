@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ from gcl_monai.data import num_slices
 from gcl_monai.handlers import RepresentationCollapse
 from gcl_monai.losses import chance_level
 from gcl_monai.networks import ENCODER_PREFIXES
+from gcl_monai.utils import atomic_write
 
 __all__ = [
     "ENCODER_HASH_KEY",
@@ -74,10 +74,8 @@ def read_status(folder: Path) -> dict[str, Any]:
 
 
 def write_status(folder: Path, status: Mapping[str, Any]) -> None:
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    tmp = Path(folder) / (STATUS_FILE + ".tmp")
-    tmp.write_text(json.dumps(dict(status), indent=1))
-    os.replace(tmp, Path(folder) / STATUS_FILE)
+    with atomic_write(Path(folder) / STATUS_FILE) as partial:
+        partial.write_text(json.dumps(dict(status), indent=1))
 
 
 def _config_value(cell: PretrainCell, key: str) -> Any:
@@ -236,9 +234,8 @@ def _run_supervised_pretraining(cell: PretrainCell) -> None:
     encoder = {k: v for k, v in model.items() if k.startswith(ENCODER_PREFIXES)}
     if not encoder:
         raise KeyError(f"{cell.overrides['ckpt_dir']}/model.pt holds no encoder key ({', '.join(ENCODER_PREFIXES)}).")
-    tmp = cell.folder / "encoder.pt.tmp"
-    torch.save(encoder, tmp)
-    os.replace(tmp, cell.folder / "encoder.pt")
+    with atomic_write(cell.folder / "encoder.pt") as partial:
+        torch.save(encoder, partial)
 
 
 def labelled_subset(cell: FinetuneCell) -> list[dict]:

@@ -26,6 +26,8 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from gcl_monai.utils import atomic_write
+
 __all__ = ["ARCHIVE_SUFFIX", "RECORD_SUFFIXES", "keep", "record_files", "restore"]
 
 #: records kept as one archive: ``keep`` into, and ``restore`` from, a path with this suffix
@@ -95,15 +97,9 @@ def keep(experiment: Path, into: Path) -> int:
         if into.exists():
             _extract(into, folder)
         count = _copy(experiment, folder, _relative_paths(experiment))
-        partial = into.with_name(into.name + ".partial")  # written beside, then moved: never half an archive
-        into.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with tarfile.open(partial, "w:xz") as tar:
-                for path in record_files(folder):
-                    tar.add(path, arcname=path.relative_to(folder).as_posix())
-            os.replace(partial, into)
-        finally:
-            partial.unlink(missing_ok=True)
+        with atomic_write(into) as partial, tarfile.open(partial, "w:xz") as tar:  # never half an archive
+            for path in record_files(folder):
+                tar.add(path, arcname=path.relative_to(folder).as_posix())
     return count
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from gcl_monai.benchmark.cells import (
 )
 from gcl_monai.benchmark.experiment import FinetuneCell
 from gcl_monai.benchmark.report import VALIDATION_SET
+from gcl_monai.utils import atomic_write
 
 __all__ = ["collect_rows", "labelled_patients", "write_csv"]
 
@@ -110,10 +110,8 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
     first = [c for c in columns if not c.startswith("dice_")]
     index = first.index("dice") + 1 if "dice" in first else len(first)
     columns = first[:index] + [c for c in columns if c.startswith("dice_")] + first[index:]
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as f:
+    with atomic_write(path) as partial, partial.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, restval="")
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(tmp, path)
     return path

@@ -40,6 +40,7 @@ from gcl_monai.benchmark.settings import (
     changed_settings,
     recorded_changes,
 )
+from gcl_monai.utils import atomic_write
 
 __all__ = [
     "find_reusable",
@@ -116,11 +117,9 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 def _take(folder: Path, taken: Path) -> None:
     """Links (or copies) the run folder ``taken`` to ``folder`` atomically and records where it came from."""
-    partial = folder.with_name(folder.name + ".importing")
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(taken, partial, copy_function=_link_or_copy)
-    os.replace(partial, folder)
-    # os.replace in write_status: the linked benchmark.json of the source is not changed
+    with atomic_write(folder) as partial:
+        shutil.copytree(taken, partial, copy_function=_link_or_copy)
+    # write_status replaces the file (atomic_write): the linked benchmark.json of the source is not changed
     write_status(folder, {**read_status(taken), "reused_from": str(taken)})
 
 

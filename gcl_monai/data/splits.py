@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from gcl_monai.utils import atomic_write
 
 logger = logging.getLogger("gcl_monai.data")
 
@@ -234,13 +235,8 @@ def save_split(split: Mapping[str, Sequence[dict]], path: str | Path) -> Path:
         The path written.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    try:
+    with atomic_write(path) as partial:
         partial.write_text(json.dumps({k: list(v) for k, v in split.items()}, indent=1, default=_to_json))
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
     return path
 
 

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import torch
 from ignite.engine import Events
 
+from gcl_monai.utils import atomic_write
+
 if TYPE_CHECKING:
     from ignite.engine import Engine
 
@@ -39,7 +41,5 @@ class EncoderExporter:
             engine.add_event_handler(Events.EPOCH_COMPLETED, self)
 
     def __call__(self, engine: Engine | None = None) -> None:
-        self.output_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.output_path.with_name(self.output_path.name + ".tmp")
-        torch.save(self.network.encoder_state_dict(), tmp)
-        os.replace(tmp, self.output_path)
+        with atomic_write(self.output_path) as partial:
+            torch.save(self.network.encoder_state_dict(), partial)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from monai.bundle import ConfigParser
 
 from gcl_monai.probe.evaluate import evaluate_encoder
 from gcl_monai.probe.features import FrozenEncoder
+from gcl_monai.utils import atomic_write
 
 __all__ = ["probe_command"]
 
@@ -78,10 +78,8 @@ def probe_command(
         **result,
     }
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "probe.json.tmp"
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, out / "probe.json")
+    with atomic_write(out / "probe.json") as partial:
+        partial.write_text(json.dumps(result, indent=1))
     print(
         f"probe Dice ({result['settings']['mode']}, {result['num_volumes']} volumes): {result['dice']:.4f} "
         + " ".join(f"{k} {v:.3f}" for k, v in result["dice_per_class"].items())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from ignite.engine import Engine, Events
 from gcl_monai.probe.data import load_probe_volumes
 from gcl_monai.probe.evaluate import ProbeSettings, evaluate_encoder
 from gcl_monai.probe.features import FrozenEncoder
+from gcl_monai.utils import atomic_write
 
 __all__ = ["ProbeHandler"]
 
@@ -107,6 +107,5 @@ class ProbeHandler:
         logger.info("Epoch %d: probe Dice %.4f (%.0f s).", engine.state.epoch, result["dice"], result["seconds"])
         if self.keep_best and result["dice"] > self.best:
             self.best = result["dice"]
-            tmp = self.output_dir / "encoder_best_probe.pt.tmp"
-            torch.save(state, tmp)
-            os.replace(tmp, self.output_dir / "encoder_best_probe.pt")
+            with atomic_write(self.output_dir / "encoder_best_probe.pt") as partial:
+                torch.save(state, partial)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import re
 import shutil
 import tarfile
@@ -40,6 +39,7 @@ from gcl_monai.benchmark.gpu_run.terms import TERMS, LendingTerms
 from gcl_monai.benchmark.records import RECORD_SUFFIXES
 from gcl_monai.benchmark.remade import DISCARDED, set_aside
 from gcl_monai.handlers import latest_checkpoint
+from gcl_monai.utils import atomic_write
 
 __all__ = ["ARCHIVE", "BF16_SUFFIX", "COLLECTED", "REPORT", "collect", "extract", "pack", "repack", "unpack"]
 
@@ -230,11 +230,10 @@ def unpack(returned: Path, work: Path) -> dict:
     extract(returned, work)
     for half in work.rglob(f"*{BF16_SUFFIX}"):
         full = half.with_name(half.name[: -len(BF16_SUFFIX)])
-        torch.save(
-            _cast(torch.load(half, map_location="cpu", weights_only=True), torch.bfloat16, torch.float32),
-            full.with_suffix(".tmp"),
-        )
-        os.replace(full.with_suffix(".tmp"), full)
+        with atomic_write(full) as partial:
+            torch.save(
+                _cast(torch.load(half, map_location="cpu", weights_only=True), torch.bfloat16, torch.float32), partial
+            )
         half.unlink()
     returned_state = json.loads((returned / STATE_FILE).read_text()) if (returned / STATE_FILE).exists() else {}
     for path in returned_state.get("returned", {}).get("left_behind", []):

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gcl_monai.utils import atomic_write
+
 __all__ = ["STATE_FILE", "STEPS", "RunState", "worker_lock", "worker_running"]
 
 STATE_FILE = "gpu_run.json"
@@ -44,10 +46,8 @@ class RunState:
         return json.loads(self.path.read_text())
 
     def write(self, state: dict[str, Any]) -> None:
-        self.work.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(state, indent=1))
-        os.replace(tmp, self.path)
+        with atomic_write(self.path) as partial:
+            partial.write_text(json.dumps(state, indent=1))
 
     def create(self, budget: str, data_root: str | None, steps: tuple[str, ...] = STEPS) -> dict[str, Any]:
         """A new run of ``budget`` whose ``steps`` are pending; the other steps are recorded as skipped."""

@@ -4,11 +4,11 @@ once from DICOM and every epoch from NIfTI."""
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from gcl_monai.data.datalist import DatalistError
 from gcl_monai.data.dicom.index import DicomVolume
+from gcl_monai.utils import atomic_write
 
 logger = logging.getLogger("gcl_monai.data")
 
@@ -38,13 +38,11 @@ def convert_volume(volume: DicomVolume, cache_dir: str | Path) -> str:
     path = Path(cache_dir) / f"{volume.volume_id}.nii.gz"
     if path.is_file():
         return str(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         image = sitk.ReadImage(volume.files)
     except RuntimeError as exc:
         raise DatalistError(f"series {', '.join(volume.series)}: pixel data unreadable ({exc}).") from exc
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.nii.gz")
-    sitk.WriteImage(image, str(tmp))
-    os.replace(tmp, path)  # atomic: an interrupted conversion leaves no partial volume
+    with atomic_write(path, suffix=".nii.gz") as partial:  # SimpleITK writes by the extension
+        sitk.WriteImage(image, str(partial))
     logger.debug("Converted %d slices of series %s to %s.", len(volume.files), ", ".join(volume.series), path)
     return str(path)

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gcl_monai.utils import atomic_write
+
 logger = logging.getLogger("gcl_monai.data")
 
 __all__ = [
@@ -158,10 +160,8 @@ class HeaderCache:
         if self.path is None:
             return
         keep = {str(f) for f in files}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({k: v for k, v in self.entries.items() if k in keep}))
-        os.replace(tmp, self.path)
+        with atomic_write(self.path) as partial:
+            partial.write_text(json.dumps({k: v for k, v in self.entries.items() if k in keep}))
 
 
 def scan_headers(

@@ -373,8 +373,9 @@ def main_protocol(argv: Sequence[str]) -> int:
         choices=sorted(REGISTRATIONS),
         default="protocol",
         help="the registered comparisons: protocol (docs/protocol.md, L = 2 primary), protocol-L1 (L = 1 primary, "
-        "when stage B makes it so), protocol-original (as first registered, before amendment 5) or gpu-replication "
-        "(docs/protocol_gpu.md: without the positive control)",
+        "when stage B makes it so), protocol-original (as first registered, before amendment 5), gpu-replication "
+        "(docs/protocol_gpu.md: without the positive control) or gpu-seeds (docs/protocol_gpu_seeds.md: the same "
+        "comparisons on seeds 3 to 14)",
     )
     parser.add_argument(
         "--with",

@@ -14,6 +14,7 @@ from gcl_monai.benchmark.presets import get_preset
 from gcl_monai.benchmark.protocol import (
     ORIGINAL_PROTOCOL_COMPARISONS,
     PROTOCOL_COMPARISONS,
+    REGISTRATIONS,
     REPLICATION_COMPARISONS,
     Comparison,
     Design,
@@ -354,6 +355,18 @@ def test_the_amended_protocol_registers_one_l_and_the_replication_keeps_both():
     assert set(REPLICATION_COMPARISONS) < set(ORIGINAL_PROTOCOL_COMPARISONS)
     assert {c.num_labeled for c in REPLICATION_COMPARISONS} == {1, 2} and len(REPLICATION_COMPARISONS) == 6
     assert not any("supervised_encoder" in (c.method, c.baseline) for c in REPLICATION_COMPARISONS)
+
+
+def test_every_registration_names_a_document_of_the_repository():
+    """Each registered analysis cites the document that registers it; docs/protocol_gpu_seeds.md (seeds 3 to 14)
+    registers protocol_gpu.md's comparisons unchanged."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for name, registration in REGISTRATIONS.items():
+        document = registration.document.split(",")[0].removesuffix(" as first registered")
+        assert (root / document).is_file(), (name, document)
+    assert REGISTRATIONS["gpu-seeds"].comparisons == REGISTRATIONS["gpu-replication"].comparisons
 
 
 def test_the_prostate_preset_keeps_the_design_and_changes_the_split():

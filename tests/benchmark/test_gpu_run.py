@@ -484,3 +484,12 @@ def test_a_further_pretraining_seed_reruns_the_pretrained_methods_on_the_same_dr
     state = RunState(tmp_path / "work")
     state.create(seeded.name, None, seeded.steps)
     assert state.steps_to_run() == ["compare"] and state.read()["steps"]["speed"]["status"] == "skipped"
+
+
+@pytest.mark.parametrize("wait", ["511", "600", "-1"])
+def test_a_wait_that_leaves_no_time_to_pack_is_refused(wait, capsys):
+    from gcl_monai.benchmark.gpu_run.cli import main_gpu_run
+
+    with pytest.raises(SystemExit):
+        main_gpu_run(["--out", "out", "--wait", wait])
+    assert f"--wait {float(wait):g}: give 0 to 510 s" in capsys.readouterr().err

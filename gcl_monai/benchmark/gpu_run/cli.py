@@ -34,8 +34,11 @@ __all__ = ["DEFAULT_WAIT", "main_gpu_run", "parser"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
-#: seconds a call waits before it packs and returns: a 600 s command keeps a minute for packing and the transfers
-DEFAULT_WAIT = 510
+#: seconds a call keeps after its wait for packing and the transfers (measured on an H200, 2026-11-27: a 510 s wait
+#: returned after 589 s)
+_PACK_SECONDS = 90
+#: seconds a call waits before it packs and returns, at most: the command limit less the packing
+DEFAULT_WAIT = TERMS.command_seconds - _PACK_SECONDS
 #: seconds a call waits for the worker it started to take the work folder's lock
 _START_SECONDS = 120
 
@@ -82,7 +85,13 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
         default=os.environ.get("GCL_DATA_ROOT"),
         help="folder holding acdc/ (default $GCL_DATA_ROOT; the rehearsal generates a phantom without it)",
     )
-    p.add_argument("--wait", type=float, default=DEFAULT_WAIT, help=f"seconds to wait (default {DEFAULT_WAIT})")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=DEFAULT_WAIT,
+        help=f"seconds to wait before packing, 0 to {DEFAULT_WAIT} (default {DEFAULT_WAIT}; less where less device "
+        "time is left: the call returns about 90 s after its wait)",
+    )
     p.add_argument(
         "--collect",
         type=Path,
@@ -196,6 +205,11 @@ def main_gpu_run(argv: Sequence[str]) -> int:
             args.budget = get_budget(args.budget).with_pretrain_seed(args.pretrain_seed).name
         except ValueError as error:
             cli.error(str(error))
+    if not 0 <= args.wait <= DEFAULT_WAIT:  # a longer wait runs into the command limit before the call has packed
+        cli.error(
+            f"--wait {args.wait:g}: give 0 to {DEFAULT_WAIT} s; a call packs for about {_PACK_SECONDS} s after its "
+            f"wait and is stopped at {TERMS.command_seconds} s, and what it has not packed does not come back"
+        )
     if args.plan:
         print(format_plan(get_budget(args.budget)))
         return 0 if all(lease.fits() for lease in plan_leases(get_budget(args.budget))) else 1

@@ -1,12 +1,14 @@
-"""docs/results/README.md is the index of what was measured: every folder of docs/results is named there as a link,
-and every link of it reaches a file or folder of the repository."""
+"""The documentation's links hold: docs/results/README.md, the index of what was measured, links every folder of
+docs/results, and every relative link of a Markdown page (README.md, docs/, bundles/) reaches a file or folder of the
+repository."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
 INDEX = RESULTS / "README.md"
 
 
@@ -27,6 +29,12 @@ def test_every_results_folder_is_linked_from_the_index():
     assert folders - linked == set(), "folders of docs/results that its README.md does not link"
 
 
-def test_every_link_of_the_index_exists():
-    missing = [t for t in _links(INDEX.read_text()) if not (RESULTS / t).exists()]
-    assert missing == []
+def test_every_relative_link_of_the_documentation_exists():
+    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "bundles").rglob("*.md")]
+    missing = [
+        f"{page.relative_to(ROOT)}: {t}"
+        for page in pages
+        for t in _links(page.read_text())
+        if not (page.parent / t).exists()
+    ]
+    assert len(pages) > 50 and missing == []

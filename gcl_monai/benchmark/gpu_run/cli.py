@@ -27,18 +27,15 @@ from gcl_monai.benchmark.gpu_run.leases import format_plan, plan_leases
 from gcl_monai.benchmark.gpu_run.pack import ARCHIVE, REPORT, collect, pack, repack, unpack
 from gcl_monai.benchmark.gpu_run.state import RunState, worker_running
 from gcl_monai.benchmark.gpu_run.summary import run_report
-from gcl_monai.benchmark.gpu_run.terms import MIB, TERMS, travel_bytes
+from gcl_monai.benchmark.gpu_run.terms import MAX_WAIT, MIB, PACK_SECONDS, TERMS, travel_bytes
 from gcl_monai.benchmark.presets import preset_cuts
 
 __all__ = ["DEFAULT_WAIT", "main_gpu_run", "parser"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
-#: seconds a call keeps after its wait for packing and the transfers (measured on an H200, 2026-11-27: a 510 s wait
-#: returned after 589 s)
-_PACK_SECONDS = 90
-#: seconds a call waits before it packs and returns, at most: the command limit less the packing
-DEFAULT_WAIT = TERMS.command_seconds - _PACK_SECONDS
+#: seconds a call waits before it packs and returns: the most the terms allow
+DEFAULT_WAIT = MAX_WAIT
 #: seconds a call waits for the worker it started to take the work folder's lock
 _START_SECONDS = 120
 
@@ -89,8 +86,8 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
         "--wait",
         type=float,
         default=DEFAULT_WAIT,
-        help=f"seconds to wait before packing, 0 to {DEFAULT_WAIT} (default {DEFAULT_WAIT}; less where less device "
-        "time is left: the call returns about 90 s after its wait)",
+        help=f"seconds to wait before packing, 0 to {MAX_WAIT} (default {DEFAULT_WAIT}; less where less device "
+        f"time is left: the call returns about {PACK_SECONDS} s after its wait)",
     )
     p.add_argument(
         "--collect",
@@ -205,9 +202,9 @@ def main_gpu_run(argv: Sequence[str]) -> int:
             args.budget = get_budget(args.budget).with_pretrain_seed(args.pretrain_seed).name
         except ValueError as error:
             cli.error(str(error))
-    if not 0 <= args.wait <= DEFAULT_WAIT:  # a longer wait runs into the command limit before the call has packed
+    if not 0 <= args.wait <= MAX_WAIT:  # a longer wait runs into the command limit before the call has packed
         cli.error(
-            f"--wait {args.wait:g}: give 0 to {DEFAULT_WAIT} s; a call packs for about {_PACK_SECONDS} s after its "
+            f"--wait {args.wait:g}: give 0 to {MAX_WAIT} s; a call packs for about {PACK_SECONDS} s after its "
             f"wait and is stopped at {TERMS.command_seconds} s, and what it has not packed does not come back"
         )
     if args.plan:

@@ -11,7 +11,7 @@ machine's disk) and what came back:
    bfloat16, within the room the checkout and ``.offline/`` leave), and the dataset is packed again with only the
    patients the fine-tuning reads (``benchmarks.offline_payload pack --patients-of``), for machine B (the second
    lease: a new, empty work folder and that cut dataset), where a third command resumes from the carry; it is run
-   again, as the runbook says, while it answers that the run goes on (each call waits at most ``DEFAULT_WAIT``).
+   again, as the runbook says, while it answers that the run goes on (each call waits at most ``MAX_WAIT``).
 
 Every output folder is checked against the lending terms, and what travels to B (checkout, wheels, cut dataset,
 carry) against the working tree's limit, here and at the paper's width; the end checks that the run finished on two
@@ -36,10 +36,9 @@ from monai.networks.nets import BasicUNet
 from gcl_monai.benchmark.cells import STATUS_FILE, read_status
 from gcl_monai.benchmark.gpu_run import steps
 from gcl_monai.benchmark.gpu_run.budget import get_budget
-from gcl_monai.benchmark.gpu_run.cli import DEFAULT_WAIT
 from gcl_monai.benchmark.gpu_run.pack import BF16_SUFFIX
 from gcl_monai.benchmark.gpu_run.state import LOCK_FILE, STATE_FILE, RunState, worker_running
-from gcl_monai.benchmark.gpu_run.terms import MIB, TERMS, returned_violations, travel_bytes
+from gcl_monai.benchmark.gpu_run.terms import MAX_WAIT, MIB, TERMS, returned_violations, travel_bytes
 from gcl_monai.benchmark.presets import PAPER
 from gcl_monai.benchmark.report import read_results
 from gcl_monai.networks import ENCODER_PREFIXES
@@ -101,7 +100,7 @@ class _Rehearsal:
         start, calls = time.time(), 0
         while True:
             calls += 1
-            wait = min(DEFAULT_WAIT, max(0.0, seconds - (time.time() - start)))
+            wait = min(MAX_WAIT, max(0.0, seconds - (time.time() - start)))
             code, out = self.command(name if calls == 1 else f"{name}.{calls}", machine, wait=wait, **kwargs)
             going_on = code == 2 and out.is_dir() and any(out.iterdir())
             if not going_on or time.time() - start >= seconds:

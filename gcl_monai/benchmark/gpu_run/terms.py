@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MIB", "TERMS", "LendingTerms", "returned_violations", "travel_bytes"]
+__all__ = ["MAX_WAIT", "MIB", "PACK_SECONDS", "TERMS", "LendingTerms", "returned_violations", "travel_bytes"]
 
 MIB = 1 << 20
 #: the unit in which :py:func:`travel_bytes` counts each file (a file system's block)
@@ -44,6 +44,12 @@ class LendingTerms:
 
 
 TERMS = LendingTerms()
+#: seconds a gpu-run call keeps after its wait for packing and the transfers (measured on an H200, 2026-11-27: a
+#: 510 s wait returned after 589 s)
+PACK_SECONDS = 90
+#: the longest a gpu-run call may wait before it packs: the command limit less the packing (what a call stopped
+#: before it has packed does not come back)
+MAX_WAIT = TERMS.command_seconds - PACK_SECONDS
 
 
 def returned_violations(out_dir: Path, terms: LendingTerms = TERMS) -> list[str]:

@@ -30,12 +30,10 @@ from gcl_monai.benchmark.gpu_run.summary import run_report
 from gcl_monai.benchmark.gpu_run.terms import MAX_WAIT, MIB, PACK_SECONDS, TERMS, travel_bytes
 from gcl_monai.benchmark.presets import preset_cuts
 
-__all__ = ["DEFAULT_WAIT", "main_gpu_run", "parser"]
+__all__ = ["main_gpu_run", "parser"]
 
 logger = logging.getLogger("gcl_monai.benchmark")
 
-#: seconds a call waits before it packs and returns: the most the terms allow
-DEFAULT_WAIT = MAX_WAIT
 #: seconds a call waits for the worker it started to take the work folder's lock
 _START_SECONDS = 120
 
@@ -85,8 +83,8 @@ def parser(prog: str = "python -m gcl_monai.benchmark gpu-run") -> argparse.Argu
     p.add_argument(
         "--wait",
         type=float,
-        default=DEFAULT_WAIT,
-        help=f"seconds to wait before packing, 0 to {MAX_WAIT} (default {DEFAULT_WAIT}; less where less device "
+        default=MAX_WAIT,
+        help=f"seconds to wait before packing, 0 to {MAX_WAIT} (default {MAX_WAIT}; less where less device "
         f"time is left: the call returns about {PACK_SECONDS} s after its wait)",
     )
     p.add_argument(

@@ -1,9 +1,11 @@
+from .autocast import AutocastInferer
 from .events import GCLEvents, TaskGradients
 from .inference import CasesFailed, segment_each_case
 from .pretrainer import SIMCLR_TASK, GCLPretrainer
 from .semi_supervised import SEMI_SUPERVISED_METHODS, SemiSupervisedTrainer
 
 __all__ = [
+    "AutocastInferer",
     "GCLEvents",
     "TaskGradients",
     "CasesFailed",

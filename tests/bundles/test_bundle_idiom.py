@@ -95,9 +95,10 @@ def test_every_pipeline_lists_its_transforms(config):
 
 
 def test_one_override_changes_one_augmentation_step():
-    """``--train#preprocessing#transforms#3#prob 0.2`` changes the contrast step's probability, nothing else."""
+    """``--train#preprocessing#transforms#4#prob 0.2`` changes the contrast step's probability, nothing else (the
+    listed step 3, the elastic deformation, is off by default, so the parsed list has the contrast at 3)."""
     default = _parser(DEMO / "train.json").get_parsed_content("train#preprocessing").transforms
-    changed = _parser(DEMO / "train.json", **{"train#preprocessing#transforms#3#prob": 0.2})
+    changed = _parser(DEMO / "train.json", **{"train#preprocessing#transforms#4#prob": 0.2})
     changed = changed.get_parsed_content("train#preprocessing").transforms
     assert isinstance(changed[3], RandAdjustContrastd) and changed[3].prob == 0.2 and default[3].prob == 0.3
     assert [type(t) for t in changed] == [type(t) for t in default]
@@ -112,7 +113,7 @@ def test_an_extra_config_file_replaces_or_removes_one_step(tmp_path):
     default = [type(t) for t in _parser(DEMO / "train.json").get_parsed_content("train#preprocessing").transforms]
     noise = {"_target_": "RandGaussianNoised", "keys": "image", "prob": 0.3, "std": 0.05}
     swap = tmp_path / "swap.json"
-    swap.write_text(json.dumps({"train#preprocessing#transforms#6": noise}))
+    swap.write_text(json.dumps({"train#preprocessing#transforms#7": noise}))  # listed 7, parsed 6
     swapped = _parser([DEMO / "train.json", swap]).get_parsed_content("train#preprocessing").transforms
     assert [type(t) for t in swapped] == default[:6] + [RandGaussianNoised] + default[7:]
     remove = tmp_path / "remove.json"

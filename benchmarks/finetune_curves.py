@@ -1,0 +1,134 @@
+"""
+Fine-tuning learning curves on cross-validation folds of the training patients (issue 53: the recipe that converges
+is chosen on validation, never on the test split).
+
+The non-test patients of a base split (for ACDC the benchmark split, ``docs/results/cpu-mini_acdc/split.json``: 60
+patients) are cut into ``--folds`` folds stratified by pathology group (MONAI's ``partition_dataset_classes``). In
+fold ``k`` the validation patients are fold ``k``; of the others ``--pool`` patients (seeded) form the labelled pool
+(``train``) that the L = 1, 2 draws take from, the rest ``pretrain``; the test patients stay as they are and are never
+read (``num_test`` patients kept in the split file so the bundle's split check passes, but no evaluation runs here).
+
+Each run is the bundle's own ``train.json`` (``python -m monai.bundle run``) with the run's overrides, validated
+every ``--val-every`` iterations (``iterations_per_epoch``; cosine decay over the whole budget); the validation Dice of
+every validation (mean 3D Dice over the fold's volumes, ED and ES) is parsed from the run's log and appended to
+``<out>/curves.csv`` (fold, recipe, labelled, draw, seed, iteration, val_dice, finetune_iterations). A run whose rows
+are complete is skipped, so the driver resumes where it stopped.
+
+Usage (from the repository root)::
+
+    OMP_NUM_THREADS=1 python -m benchmarks.finetune_curves --data-root ../shared/data --out curves/acdc \\
+        --labeled full --recipe elastic --fold 0 --iterations 6000 --val-every 500 -- --elastic_prob 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FIELDS = ["fold", "recipe", "labeled", "draw", "seed", "iteration", "val_dice", "finetune_iterations"]
+VAL_DICE = re.compile(r"Epoch\[(\d+)\] Metrics -- val_mean_dice: ([0-9.]+)")
+
+
+def fold_split(base: dict, folds: int, fold: int, pool: int, seed: int = 0) -> dict:
+    """The split of fold ``fold``: validation = that fold of the non-test patients (stratified by ``group``),
+    ``pool`` seeded patients of the rest as the labelled pool, the others as ``pretrain``; test unchanged."""
+    entries = [d for key in ("pretrain", "train", "val") for d in base[key]]
+    group = {d["patient"]: d.get("group", "all") for d in entries}
+    order = []
+    for name in sorted(set(group.values())):
+        members = sorted(p for p in group if group[p] == name)
+        random.Random(f"{seed}-{name}").shuffle(members)
+        order += members
+    val = set(order[fold::folds])
+    patients = order
+    rest = sorted(set(patients) - val)
+    labelled_pool = set(random.Random(seed + fold).sample(rest, pool))
+    return {
+        "pretrain": [d for d in entries if d["patient"] not in val | labelled_pool],
+        "train": [d for d in entries if d["patient"] in labelled_pool],
+        "val": [d for d in entries if d["patient"] in val],
+        "test": base["test"],
+    }
+
+
+def _done(out: Path, key: dict, validations: int) -> bool:
+    rows = out / "curves.csv"
+    if not rows.is_file():
+        return False
+    with rows.open() as f:
+        got = [r for r in csv.DictReader(f) if all(str(r[k]) == str(v) for k, v in key.items())]
+    return len(got) >= validations
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-root", required=True, help="folder holding acdc/ (GCL_DATA_ROOT)")
+    parser.add_argument("--bundle", default="gcl_acdc")
+    parser.add_argument("--base-split", default=str(REPO / "docs/results/cpu-mini_acdc/split.json"))
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--fold", type=int, required=True)
+    parser.add_argument("--pool", type=int, default=8, help="patients of the labelled pool per fold")
+    parser.add_argument("--labeled", default="full", help="'full' (every non-validation patient) or L")
+    parser.add_argument("--draw", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--recipe", required=True, help="name of the overrides, for the rows")
+    parser.add_argument("--iterations", type=int, required=True)
+    parser.add_argument("--val-every", type=int, default=250)
+    parser.add_argument("--out", required=True)
+    args, overrides = parser.parse_known_args(argv)
+    overrides = [o for o in overrides if o != "--"]
+    if args.iterations % args.val_every:
+        raise SystemExit(f"--iterations {args.iterations} is not a multiple of --val-every {args.val_every}.")
+    out = Path(args.out)
+    key = {"fold": args.fold, "recipe": args.recipe, "labeled": args.labeled, "draw": args.draw, "seed": args.seed}
+    validations = args.iterations // args.val_every
+    if _done(out, key, validations):
+        print(f"done already: {key}")
+        return 0
+    run = out / "runs" / f"f{args.fold}_{args.recipe}_L{args.labeled}_d{args.draw}_s{args.seed}"
+    run.mkdir(parents=True, exist_ok=True)
+    base = json.loads(Path(args.base_split).read_text().replace("$GCL_DATA_ROOT", os.path.abspath(args.data_root)))
+    (run / "split.json").write_text(json.dumps(fold_split(base, args.folds, args.fold, args.pool, args.seed), indent=1))
+    labeled = (
+        ["--labeled", "$@split['pretrain'] + @split['train']"]
+        if args.labeled == "full"
+        else ["--num_labeled", str(int(args.labeled)), "--draw", str(args.draw)]
+    )
+    command = [
+        sys.executable, "-m", "monai.bundle", "run",
+        "--config_file", str(REPO / "bundles" / args.bundle / "configs" / "train.json"),
+        "--init", "random", *labeled, "--seed", str(args.seed),
+        "--split_file", str(run / "split.json"), "--work_dir", str(run), "--output_dir", str(run / "model"),
+        "--ckpt_dir", str(run / "released"), "--num_workers", "0", "--progress_bar", "False",
+        "--epochs", str(validations), "--iterations_per_epoch", str(args.val_every), "--val_interval", "1",
+        *overrides,
+    ]  # fmt: skip
+    (run / "command.json").write_text(json.dumps(command, indent=1))
+    with (run / "log.txt").open("w") as log:
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    found = VAL_DICE.findall((run / "log.txt").read_text())
+    if code or len(found) != validations:
+        raise SystemExit(f"run failed (exit {code}, {len(found)} of {validations} validations): {run / 'log.txt'}")
+    rows = out / "curves.csv"
+    new = not rows.is_file()
+    with rows.open("a", newline="") as f:
+        writer = csv.DictWriter(f, FIELDS)
+        if new:
+            writer.writeheader()
+        for epoch, dice in found:
+            it = int(epoch) * args.val_every
+            writer.writerow({**key, "iteration": it, "val_dice": dice, "finetune_iterations": args.iterations})
+    print(f"{key}: last {found[-1][1]}, best {max(float(d) for _, d in found):.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

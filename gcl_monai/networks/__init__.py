@@ -1,3 +1,4 @@
+from .encoder_card import keep_encoder, pretrained_encoder, restore_encoder
 from .gcl_net import ENCODER_PREFIXES, GCLNet, ProjectionHead, trainable_parameters
 from .slice_wise import SliceWise
 
@@ -7,4 +8,7 @@ __all__ = [
     "ProjectionHead",
     "trainable_parameters",
     "SliceWise",
+    "keep_encoder",
+    "pretrained_encoder",
+    "restore_encoder",
 ]

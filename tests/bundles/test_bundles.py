@@ -137,11 +137,32 @@ def test_pretrain_finetune_evaluate(demo_root):
     summary = json.loads((work / "finetune" / "gcl_L1_d0_s0" / "eval" / "dice.json").read_text())
     assert 0.0 <= summary["dice"] <= 1.0 and summary["num_volumes"] == 2  # one test patient, ED + ES
     assert set(summary["dice_per_class"]) == {"rv", "myocardium", "lv"}
+    # the evaluation variants beside the primary figure: the ED volume alone, and the Dice pooled over the slices
+    ed = [v["dice"] for v in summary["per_volume"] if v["organ_state"] == 0]
+    assert summary["num_volumes_ed"] == 1 and summary["dice_ed"] == pytest.approx(ed[0])
+    assert 0.0 <= summary["dice_pooled_2d"] <= 1.0
     assert (demo_root / "models" / "model.pt").is_file()
     # the validation Dice of every epoch is in TensorBoard beside the training loss
     scalars = read_scalars(work / "finetune" / "gcl_L1_d0_s0" / "tensorboard")
     assert {"train_loss", "val_mean_dice"} <= set(scalars)
     assert len(scalars["val_mean_dice"][1]) == TINY_FT["epochs"] and 0 <= scalars["val_mean_dice"][1][0] <= 1
+
+
+def test_fine_tuning_starts_from_a_kept_encoder_card(demo_root, tmp_path):
+    """``--pretrained_path <card>.json``: the kept (bfloat16) encoder is restored in float32 and loaded; with a
+    learning rate of 0 the fine-tuned encoder's convolutions are the restored weights exactly."""
+    from gcl_monai.networks import keep_encoder, restore_encoder
+
+    keep_encoder(demo_root / "outputs" / "pretrain" / "gcl" / "encoder.pt", tmp_path / "gcl.pt", recipe="gcl")
+    wf = _run("train.json", "run", demo_root, **{**TINY_FT, "pretrained_path": str(tmp_path / "gcl.json"), "lr": 0.0})
+    restored = restore_encoder(tmp_path / "gcl.json")
+    trained = wf.parser.get_parsed_content("network").state_dict()
+    for key in ("conv_0.conv_0.conv.weight", "down_4.convs.conv_1.conv.weight"):
+        assert torch.equal(trained[key], restored[key])
+    wrong = {**TINY_FT, "pretrained_path": str(tmp_path / "gcl.json"), "features": [8, 8, 16, 16, 32, 8]}
+    with pytest.raises(RuntimeError) as raised:
+        _run("train.json", "run", demo_root, **wrong)
+    assert any("gcl.json: features [4, 4, 8, 8, 16] of the encoder" in m for m in _messages(raised.value))
 
 
 def test_dice_in_the_input_grid(demo_root):

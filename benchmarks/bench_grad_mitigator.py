@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from gcl_monai.gradients import GradMitigator, MeanCombiner
+from gcl_monai.gradients.algorithm1 import algorithm1
 
 # BasicUNet encoder features (conv_0, down_1, ..., down_4) at scale 1; ~1.19M parameters in 2D.
 BASE_FEATURES = (32, 32, 64, 128, 256)
@@ -60,44 +61,18 @@ def make_encoder(target_numel: float) -> nn.Module:
 
 
 class NaiveGradMitigator:
-    """Algorithm 1 written as a Python loop over parameters and task pairs (the baseline)."""
+    """The baseline: Algorithm 1 as the paper writes it (:py:func:`gcl_monai.gradients.algorithm1.algorithm1`, a
+    Python loop over parameters and task pairs), holding its targets between calls."""
 
     def __init__(self, num_tasks: int, beta: float = 0.01, granularity: str = "parameter", eps: float = 1e-12):
         self.num_tasks, self.beta, self.granularity, self.eps = num_tasks, beta, granularity, eps
-        self.targets: list[list[list[float]]] | None = None
+        self.targets: torch.Tensor | None = None
 
-    @torch.no_grad()
     def combine(self, grads):
-        if self.granularity == "global":
-            vectors = [[torch.cat([g.reshape(-1) for g in task])] for task in grads]
-        else:
-            vectors = [[g.reshape(-1) for g in task] for task in grads]
-        num_params, m = len(vectors[0]), self.num_tasks
         if self.targets is None:
-            self.targets = [[[0.0] * num_params for _ in range(m)] for _ in range(m)]
-        combined = []
-        for p in range(num_params):
-            total = torch.zeros_like(vectors[0][p])
-            for i in range(m):
-                g_i = vectors[i][p].clone()
-                for j in range(m):
-                    if j == i:
-                        continue
-                    g_j = vectors[j][p]
-                    n_i, n_j = float(g_i.norm()), float(g_j.norm())
-                    if n_i <= self.eps or n_j <= self.eps:
-                        continue
-                    w = min(max(float(g_i @ g_j) / (n_i * n_j), -1.0), 1.0)
-                    t = self.targets[i][j][p] = (1 - self.beta) * self.targets[i][j][p] + self.beta * w
-                    t = min(max(t, -1 + 1e-6), 1 - 1e-6)
-                    if w < t:
-                        s_t = math.sqrt(1 - t * t)
-                        g_i.add_(g_j, alpha=n_i * (t * math.sqrt(1 - w * w) - w * s_t) / (n_j * s_t))
-                total.add_(g_i, alpha=1.0 / m)
-            combined.append(total)
-        if self.granularity == "global":
-            return [c.view_as(g) for c, g in zip(combined[0].split([g.numel() for g in grads[0]]), grads[0])]
-        return [c.view_as(g) for c, g in zip(combined, grads[0])]
+            segments = 1 if self.granularity == "global" else len(grads[0])
+            self.targets = torch.zeros(self.num_tasks, self.num_tasks, segments, dtype=torch.float64)
+        return algorithm1(grads, self.targets, self.beta, self.granularity, self.eps)
 
 
 def time_ms(fn: Callable[[], object], repeats: int, device: torch.device) -> float:

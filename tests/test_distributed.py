@@ -17,8 +17,8 @@ from ignite.engine import Engine, Events
 from monai.bundle import ConfigParser
 
 from gcl_monai.engines import GCLEvents, GCLPretrainer
+from gcl_monai.engines.gradient_contract import all_reduce_task_grads
 from gcl_monai.gradients import GradMitigator, MeanCombiner
-from gcl_monai.gradients.distributed import all_reduce_task_grads
 from gcl_monai.handlers import (
     AtomicCheckpointSaver,
     BroadcastParameters,

@@ -1,5 +1,5 @@
 from .autocast import AutocastInferer
-from .events import GCLEvents, TaskGradients
+from .gradient_contract import GCLEvents, GradientCombinerHandler, TaskGradients, task_gradients
 from .inference import CasesFailed, segment_each_case
 from .pretrainer import SIMCLR_TASK, GCLPretrainer
 from .semi_supervised import SEMI_SUPERVISED_METHODS, SemiSupervisedTrainer
@@ -8,6 +8,8 @@ __all__ = [
     "AutocastInferer",
     "GCLEvents",
     "TaskGradients",
+    "GradientCombinerHandler",
+    "task_gradients",
     "CasesFailed",
     "segment_each_case",
     "SIMCLR_TASK",

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
+from ignite.engine import Events
 from monai.engines import Trainer
 from monai.engines.utils import IterationEvents
 from monai.utils import CommonKeys as Keys
 from torch.optim.optimizer import Optimizer
 
-from gcl_monai.gradients.backward import task_gradients
 from gcl_monai.losses import (
     GradFilter,
     LastLayerJacobian,
@@ -19,7 +19,7 @@ from gcl_monai.losses import (
     gather_two_view_batch,
 )
 
-from .events import GCLEvents, TaskGradients
+from .gradient_contract import MISSING_HANDLER, GCLEvents, TaskGradients, require_gradient_combiner, task_gradients
 
 __all__ = ["GCLPretrainer", "SIMCLR_TASK"]
 
@@ -41,7 +41,7 @@ class GCLPretrainer(Trainer):
            5-6; a ``None`` meta label means SimCLR's positives), ``w_pix`` from :meth:`current_pixel_weight`;
            ``IterationEvents.LOSS_COMPLETED``.
         3. :meth:`_apply_task_gradients`: the gradient of every :math:`L^m` with respect to the trainable parameters
-           (:py:func:`gcl_monai.gradients.task_gradients` over the shared forward graph) as a
+           (:py:func:`gcl_monai.engines.gradient_contract.task_gradients` over the shared forward graph) as a
            :py:class:`gcl_monai.engines.TaskGradients` in ``engine.state.gradients``;
            :py:attr:`GCLEvents.GRADIENTS_COMPUTED`, at which a handler applies their combination to ``param.grad``
            (:py:class:`gcl_monai.handlers.GradientCombinerHandler` with GradMitigator, Algorithm 1, or with
@@ -90,15 +90,17 @@ class GCLPretrainer(Trainer):
             does not change with the number of ranks, and no collective runs in the forward and backward passes;
             the update is then the average of per-rank mini-batch gradients. No effect in a single process.
         batched_backward: compute the per-meta-label gradients in one batched backward pass instead of one pass per
-            meta label (:py:func:`gcl_monai.gradients.task_gradients`; equal values, the faster one depends on the
-            device, see ``benchmarks/bench_pretrain_iteration.py``). Defaults to False.
+            meta label (:py:func:`gcl_monai.engines.gradient_contract.task_gradients`; equal values, the faster one
+            depends on the device, see ``benchmarks/bench_pretrain_iteration.py``). Defaults to False.
         epoch_length, non_blocking, iteration_update, train_handlers, event_names, event_to_attr, to_kwargs:
             as in :py:class:`monai.engines.SupervisedTrainer`.
 
     Raises:
         ValueError: when ``meta_labels`` is empty, ``pixel_warmup`` is negative, or a batch lacks a meta label
             (named in the message).
-        RuntimeError: when a loss is not finite, or no handler applied the gradients.
+        RuntimeError: when the run starts without a handler of :py:attr:`GCLEvents.GRADIENTS_COMPUTED` (attach a
+            :py:class:`gcl_monai.handlers.GradientCombinerHandler`), a loss is not finite, or no handler applied the
+            gradients (:py:mod:`gcl_monai.engines.gradient_contract`).
     """
 
     def __init__(
@@ -155,6 +157,8 @@ class GCLPretrainer(Trainer):
             decollate=False,
             to_kwargs=to_kwargs,
         )
+        # a run without a combining handler stops when it starts, before the first iteration (gradient_contract)
+        self.add_event_handler(Events.STARTED, require_gradient_combiner)
 
     @property
     def task_names(self) -> list[str]:
@@ -242,10 +246,7 @@ class GCLPretrainer(Trainer):
         self.fire_event(IterationEvents.BACKWARD_COMPLETED)
         self.fire_event(GCLEvents.GRADIENTS_COMPUTED)
         if not self.state.gradients.applied:
-            raise RuntimeError(
-                "no handler applied the per-meta-label gradients: attach a "
-                "gcl_monai.handlers.GradientCombinerHandler (with a GradMitigator or a MeanCombiner)."
-            )
+            raise RuntimeError(f"no handler applied the per-meta-label gradients: {MISSING_HANDLER}.")
         return self.state.gradients
 
     def _iteration(self, engine: GCLPretrainer, batchdata: dict) -> dict:

@@ -61,7 +61,8 @@ class GradMitigator(GradientCombiner):
     loop is over the ``M - 1`` steps of Algorithm 1's inner loop: at step ``t`` every ``g'_i`` meets its
     ``t``-th other task at once, vectorised over the tasks ``i`` and all parameters. The results match
     the explicit vector updates up to the float32 rounding of the Gram entries (relative ~1e-7 of
-    ``|g|^2``); a packing buffer of ``M`` gradient copies is kept between calls. Nothing in :meth:`combine`
+    ``|g|^2``; the tests check it against :py:func:`gcl_monai.gradients.algorithm1.algorithm1`, Algorithm 1's
+    literal loop); a packing buffer of ``M`` gradient copies is kept between calls. Nothing in :meth:`combine`
     reads a value on the host (no ``.item()``, no branch on a tensor value): on an accelerator the call only
     queues kernels and returns, and :meth:`summary` with ``as_tensors=True`` keeps the statistics on the device.
 
@@ -73,9 +74,8 @@ class GradMitigator(GradientCombiner):
         - non-finite entries (NaN/inf) in the gradient of task ``m`` for parameter ``p``: that whole tensor
           is treated as zero for this step (so task ``m`` contributes zero to the mean for ``p`` and its
           cosines with ``p`` are undefined, see above), and a ``RuntimeWarning`` naming ``m`` and ``p`` is
-          emitted (on the CPU by this call; on an accelerator once the mask has reached the host, at the latest
-          by the next :meth:`summary`). With ``granularity="global"`` only the entries of parameter ``p`` are
-          zeroed.
+          emitted (on the CPU by this call; on an accelerator by the next :meth:`summary` or :meth:`state_dict`).
+          With ``granularity="global"`` only the entries of parameter ``p`` are zeroed.
         - targets close to or at ``+-1``: the target is clamped to ``[-1 + 1e-6, 1 - 1e-6]`` before it is
           compared with ``w_ij`` and used in Eq. (3) (so the coefficient stays finite and non-negative); the
           stored EMA value itself is not clamped. ``w_ij`` is clamped to ``[-1, 1]`` against rounding.
@@ -136,8 +136,7 @@ class GradMitigator(GradientCombiner):
         self._last_cosine: torch.Tensor | None = None
         self._last_acted: torch.Tensor | None = None
         self._last_change: torch.Tensor | None = None
-        self._pending_non_finite: list[tuple[torch.Tensor, torch.cuda.Event]] = []
-        self._pending_device_non_finite: torch.Tensor | None = None
+        self._pending_non_finite: torch.Tensor | None = None
         self._step = 0
 
     @property
@@ -230,34 +229,21 @@ class GradMitigator(GradientCombiner):
 
     def _report_non_finite(self, bad: torch.Tensor) -> None:
         """
-        Warn about the parameters zeroed by :meth:`_zero_non_finite`. On the CPU this happens at once. On CUDA the
-        mask is copied to the host asynchronously and the warning is emitted by the first later :meth:`combine`
-        that finds the copy finished, or by :meth:`summary` (which waits for it); on other devices the masks are
-        accumulated (logical or) until the next :meth:`summary`. The training path never waits for the device.
+        Warn about the parameters zeroed by :meth:`_zero_non_finite`: on the CPU at once; on an accelerator the masks
+        are accumulated on the device (logical or) and the warning waits for the next :meth:`summary` or
+        :meth:`state_dict` (a checkpoint), which read the device anyway. The training path never waits for the device.
         """
         if bad.device.type == "cpu":
             self._warn_non_finite(bad)
-        elif bad.device.type == "cuda":
-            host = torch.empty(bad.shape, dtype=torch.bool, pin_memory=True)
-            host.copy_(bad, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record()
-            self._pending_non_finite.append((host, done))
-            self._flush_non_finite(wait=False)
         else:
-            self._pending_device_non_finite = (
-                bad if self._pending_device_non_finite is None else self._pending_device_non_finite | bad
-            )
+            pending = self._pending_non_finite
+            self._pending_non_finite = bad if pending is None else pending | bad
 
-    def _flush_non_finite(self, wait: bool) -> None:
-        """Emit the warnings of the pending masks whose host copy has finished (all of them if ``wait``)."""
-        while self._pending_non_finite and (wait or self._pending_non_finite[0][1].query()):
-            host, done = self._pending_non_finite.pop(0)
-            done.synchronize()
-            self._warn_non_finite(host)
-        if wait and self._pending_device_non_finite is not None:
-            self._warn_non_finite(self._pending_device_non_finite)
-            self._pending_device_non_finite = None
+    def _flush_non_finite(self) -> None:
+        """Emit the warning of the masks accumulated on an accelerator."""
+        if self._pending_non_finite is not None:
+            self._warn_non_finite(self._pending_non_finite.cpu())
+            self._pending_non_finite = None
 
     @staticmethod
     def _warn_non_finite(bad: torch.Tensor) -> None:
@@ -352,14 +338,16 @@ class GradMitigator(GradientCombiner):
         stacked = torch.cat([v.to(dtype) for v in values])
         if as_tensors:
             return dict(zip(names, stacked.unbind()))
-        self._flush_non_finite(wait=True)
+        self._flush_non_finite()
         return dict(zip(names, stacked.tolist()))
 
     def state_dict(self) -> dict[str, Any]:
         """
         Returns:
             ``{"num_tasks", "granularity", "step", "targets"}`` (``targets`` is ``None`` before the first call).
+            Emits the warnings about non-finite gradients still pending on an accelerator.
         """
+        self._flush_non_finite()
         return {
             "num_tasks": self.num_tasks,
             "granularity": self.granularity,

@@ -1,3 +1,5 @@
+from gcl_monai.engines.gradient_contract import GradientCombinerHandler  # the handler of the gradient contract
+
 from .checkpoints import AtomicCheckpointSaver, latest_checkpoint
 from .collapse import CollapseDetector, RepresentationCollapse
 from .dice_summary import DiceSummary
@@ -5,7 +7,6 @@ from .distributed import BroadcastParameters, EpochLengthAdapter
 from .embedding_spread import EmbeddingSpread
 from .encoder_export import EncoderExporter
 from .epoch_seed import EpochSeedHandler
-from .gradient_combiner import GradientCombinerHandler
 from .pace_handler import GradFilterPaceHandler
 from .shrink_perturb import ShrinkPerturb
 

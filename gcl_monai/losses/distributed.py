@@ -38,7 +38,7 @@ def all_gather_with_grad(x: torch.Tensor) -> torch.Tensor:
     Scaling: if every rank computes the same loss ``L`` of the concatenation (as
     :py:class:`gcl_monai.engines.GCLPretrainer` does with ``gather_negatives=True``), the gradient with respect
     to this rank's rows is ``world_size * dL/dx_rank``, so the parameters' gradients AVERAGED over the ranks
-    (as :py:func:`gcl_monai.gradients.distributed.all_reduce_task_grads` does) equal the single-process gradient
+    (as :py:func:`gcl_monai.engines.gradient_contract.all_reduce_task_grads` does) equal the single-process gradient
     of ``L`` on the concatenated batch: no loss rescaling is needed.
 
     Every rank must pass a tensor of the same shape (e.g. a data loader with ``drop_last=True`` and a

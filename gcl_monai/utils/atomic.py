@@ -15,8 +15,9 @@ __all__ = ["atomic_write"]
 def atomic_write(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
     """Yields a path beside ``path`` to write; leaving the block without an error moves it onto ``path``.
 
-    The move is :func:`os.replace` on one file system, so a reader (another run, a resumed one, a copy to a lent GPU)
-    sees the old ``path`` or the new one, never a part, and a run cut off while writing leaves ``path`` as it was.
+    The move is :func:`os.replace` on one file system, so a reader (another run, a resumed one, a copy to a
+    time-limited GPU session) sees the old ``path`` or the new one, never a part, and a run cut off while writing
+    leaves ``path`` as it was.
     On an error the partial file (or folder) is removed and the error goes on. The parent folders are created.
 
     Args:

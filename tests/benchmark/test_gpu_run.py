@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -243,17 +244,48 @@ def test_a_gpu_budget_without_data_is_refused(tmp_path):
     assert not (tmp_path / "work").exists()
 
 
+def _tracked_copy(repo: Path, into: Path) -> Path:
+    """A git checkout at ``into`` holding the working-tree version of each file that ``repo`` tracks."""
+    listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached"], check=True, capture_output=True)
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        if (repo / name).is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / name, into / name)
+    subprocess.run(["git", "init", "-q", str(into)], check=True)
+    subprocess.run(["git", "-C", str(into), "add", "-A"], check=True)
+    return into
+
+
+def test_tracked_copy_leaves_untracked_files_behind(tmp_path):
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "pkg").mkdir()
+    (repo / "pkg" / "a.py").write_text("tracked")
+    subprocess.run(["git", "-C", str(repo), "add", "pkg/a.py"], check=True)
+    (repo / "pkg" / "a.py").write_text("edited, not committed")
+    (repo / ".venv").mkdir()
+    (repo / ".venv" / "big").write_bytes(b"x" * 1000)
+    copy = _tracked_copy(repo, tmp_path / "copy")
+    assert (copy / "pkg" / "a.py").read_text() == "edited, not committed"
+    assert not (copy / ".venv").exists() and (copy / ".git").is_dir()
+    assert travel_bytes(copy)["tree"] == 4096
+
+
 @pytest.mark.slow
 def test_rehearsal_of_the_gpu_runbook(tmp_path):
-    """The whole runbook at tiny sizes: three commands, a machine given back mid-run, a fresh one resuming."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    """The whole runbook at tiny sizes: three commands, a machine given back mid-run, a fresh one resuming.
+
+    It runs in a checkout of its own (the files git tracks, copied), so that what travels is what a clean clone
+    holds, whatever else lies in the working tree that runs the tests."""
+    checkout = _tracked_copy(ROOT, tmp_path / "checkout")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(checkout)}
     env.pop("GCL_DATA_ROOT", None)
     result = subprocess.run(
         [sys.executable, "-m", "gcl_monai.benchmark", "gpu-run", "--rehearse", "--out", str(tmp_path / "r")],
         check=False,
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=checkout,
         env=env,
         timeout=1500,
     )
@@ -385,9 +417,26 @@ def test_repack_leaves_behind_the_weights_a_carry_has_no_room_for(tmp_path):
     assert sorted(p.name for p in (fresh / "finetune").iterdir()) == ["random_L1_d0_s0"]
 
 
-def test_make_carry_replaces_only_an_earlier_carry(tmp_path, capsys):
-    from gcl_monai.benchmark.gpu_run.cli import main_gpu_run
+def _small_checkout(root: Path) -> Path:
+    """A git checkout of two small tracked files, beside an ignored large one: its room does not depend on what else
+    lies in the working tree that runs the tests (a virtual environment, caches, outputs)."""
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / ".gitignore").write_text(".venv/\n")
+    (root / "README.md").write_bytes(b"x" * 10_000)
+    (root / ".venv").mkdir()
+    (root / ".venv" / "torch.so").write_bytes(b"x" * 2_000_000)
+    subprocess.run(["git", "-C", str(root), "add", "."], check=True)
+    return root
 
+
+def test_make_carry_replaces_only_an_earlier_carry(tmp_path, capsys, monkeypatch):
+    from gcl_monai.benchmark.gpu_run import steps
+    from gcl_monai.benchmark.gpu_run.cli import carry_room, main_gpu_run
+
+    checkout = _small_checkout(tmp_path / "checkout")
+    monkeypatch.setattr(steps, "checkout_root", lambda: checkout)
+    # the two tracked files, in whole blocks (the ignored .venv/ does not travel), and the 1 MiB margin
+    assert carry_room() == TERMS.tree_bytes - 4 * 4096 - 1024 * 1024
     _work_with_pretrainings(tmp_path / "work")
     pack(tmp_path / "work", tmp_path / "out", "# report\n")
     carry = tmp_path / "carry"

@@ -9,7 +9,7 @@ from monai.engines.utils import IterationEvents
 from monai.handlers import CheckpointLoader
 from monai.networks.nets import BasicUNet
 
-from gcl_monai.engines import GCLPretrainer, TaskGradients
+from gcl_monai.engines import GCLEvents, GCLPretrainer, TaskGradients
 from gcl_monai.gradients import GradMitigator, MeanCombiner
 from gcl_monai.handlers import (
     AtomicCheckpointSaver,
@@ -136,12 +136,29 @@ def test_non_finite_input_stops_with_the_meta_labels_named_and_no_update():
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items() if "running" not in k)
 
 
-def test_missing_combiner_and_missing_meta_label():
+def test_a_run_without_the_combining_handler_stops_when_it_starts():
     net = GCLNet(features=FEATURES, proj_dim=8)
+    before = copy.deepcopy(net.state_dict())
     loader = torch.utils.data.DataLoader(RandomViews(), batch_size=4)
     trainer = GCLPretrainer("cpu", 1, loader, net, torch.optim.SGD(net.parameters(), lr=0.1), meta_labels=[None])
-    with pytest.raises(RuntimeError, match="GradientCombinerHandler"):
+    started = []
+    trainer.add_event_handler(Events.ITERATION_STARTED, lambda e: started.append(e.state.iteration))
+    with pytest.raises(
+        RuntimeError, match=r"no handler combines .* attach a gcl_monai.handlers.GradientCombinerHandler"
+    ):
         trainer.run()
+    assert started == [] and all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+    # a handler that listens but applies nothing is stopped after the event, in the first iteration
+    trainer = GCLPretrainer("cpu", 1, loader, net, torch.optim.SGD(net.parameters(), lr=0.1), meta_labels=[None])
+    trainer.add_event_handler(GCLEvents.GRADIENTS_COMPUTED, lambda e: None)
+    with pytest.raises(RuntimeError, match="no handler applied the per-meta-label gradients: attach a gcl_monai"):
+        trainer.run()
+    assert trainer.state.iteration == 1
+
+
+def test_missing_meta_label():
+    net = GCLNet(features=FEATURES, proj_dim=8)
+    loader = torch.utils.data.DataLoader(RandomViews(), batch_size=4)
     trainer = GCLPretrainer("cpu", 1, loader, net, torch.optim.SGD(net.parameters(), lr=0.1), meta_labels=["age"])
     GradientCombinerHandler(MeanCombiner(1)).attach(trainer)
     with pytest.raises(ValueError, match="'age'"):
@@ -343,7 +360,7 @@ def test_encoder_export_loads_into_basic_unet(tmp_path):
 
 
 def test_task_gradients_batched_equals_one_pass_per_loss():
-    from gcl_monai.gradients import task_gradients
+    from gcl_monai.engines import task_gradients
 
     # hand-checkable case: L1 = sum(w^2), L2 = 3 w_0, and an unused parameter v (zero gradient for both)
     w, v = torch.tensor([1.0, -2.0], requires_grad=True), torch.zeros(3, requires_grad=True)
@@ -405,7 +422,7 @@ def test_pixel_warmup_and_embedding_statistics():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_batched_backward_equals_per_meta_label_backward_on_cuda():
-    from gcl_monai.gradients import task_gradients
+    from gcl_monai.engines import task_gradients
     from gcl_monai.losses import LastLayerJacobian, MetaContrastiveLoss
 
     torch.manual_seed(0)

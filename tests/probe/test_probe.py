@@ -8,6 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from monai.bundle import ConfigParser
 from monai.losses import DiceCELoss
 from monai.networks.nets import BasicUNet
@@ -128,23 +129,37 @@ PROBE_TINY = {
 
 
 def _supervised_encoder(root, path):
-    """A U-Net trained with the phantom's labels for a few hundred iterations; its state dict saved to ``path``."""
+    """
+    An encoder trained with the phantom's labels for what the probe measures: the probe's own features (the five
+    levels resized to ``probe_grid``) through a 1x1 convolution, against the labels at that grid, for 150
+    iterations; its state dict saved to ``path`` under BasicUNet's key names.
+
+    Trained this way (rather than as a whole U-Net, whose encoder the probe then reads without its decoder), the
+    margin over a random encoder is large wherever it runs: 0.271 to 0.298 over training seeds 0 to 5 on one thread
+    and 0.272, 0.297 on two (OMP_NUM_THREADS=2, seeds 0 and 1); the random encoder 0.498 in every run (torch 2.13.0,
+    scikit-learn 1.9.1, numpy 2.4.6). A U-Net trained on the labels gave margins from 0.035 to 0.18 across seeds,
+    threads and environments, too close to any threshold.
+    """
     parser = ConfigParser()
     parser.read_config(str(DEMO / "pretrain.json"))
     parser.update({"bundle_root": str(root), **PROBE_TINY})
     volumes = parser.get_parsed_content("probe#volumes")
     images = torch.cat([v.image for v in volumes])
-    labels = torch.cat([v.label for v in volumes])[:, None]
+    grid = tuple(PROBE_TINY["probe_grid"])
+    labels = F.interpolate(torch.cat([v.label for v in volumes])[:, None].float(), size=grid, mode="nearest").long()
     torch.manual_seed(0)
-    net = BasicUNet(2, 1, 4, features=FEATURES, norm="batch")
-    optimizer = torch.optim.Adam(net.parameters(), 3e-3)
+    encoder = FrozenEncoder(FEATURES, "batch", grid).requires_grad_(True).train()
+    head = torch.nn.Conv2d(sum(FEATURES[:5]), 4, kernel_size=1)
+    optimizer = torch.optim.Adam([*encoder.parameters(), *head.parameters()], 3e-3)
     loss = DiceCELoss(to_onehot_y=True, softmax=True)
     for _ in range(150):
         idx = torch.randint(0, len(images), (16,))
         optimizer.zero_grad()
-        loss(net(images[idx]), labels[idx]).backward()
+        loss(head(encoder(images[idx])), labels[idx]).backward()
         optimizer.step()
-    torch.save(net.state_dict(), path)
+    names = ("conv_0", "down_1", "down_2", "down_3", "down_4")  # levels.<i>.<rest> -> <name>.<rest>
+    state = {f"{names[int(k.split('.')[1])]}.{k.split('.', 2)[2]}": v for k, v in encoder.state_dict().items()}
+    torch.save(state, path)
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +177,8 @@ def probed(tmp_path_factory):
 
 def test_an_encoder_trained_with_labels_probes_above_a_random_one(probed):
     _, random_a, _, labelled, _ = probed
-    assert labelled["dice"] > random_a["dice"] + 0.05, (labelled["dice"], random_a["dice"])
+    # measured margins 0.27 to 0.30 (seeds, threads: _supervised_encoder); 0.15 holds with room on either side
+    assert labelled["dice"] > random_a["dice"] + 0.15, (labelled["dice"], random_a["dice"])
     assert set(labelled["dice_per_class"]) == {"rv", "myocardium", "lv"}
 
 

@@ -14,10 +14,16 @@ every validation (mean 3D Dice over the fold's volumes, ED and ES) is parsed fro
 ``<out>/curves.csv`` (fold, recipe, labelled, draw, seed, iteration, val_dice, finetune_iterations). A run whose rows
 are complete is skipped, so the driver resumes where it stopped.
 
+``collect`` gathers the evaluation of each finished run's kept model on its fold's validation patients (the bundle's
+``evaluate.json`` with ``--test_split val``: ``runs/<run>/model/eval/dice.json``) into ``<out>/variants_val.csv``: the
+primary Dice (3D per volume, ED and ES) beside its variants, end-diastole only (GLCL's) and pooled over the 2D slices
+(PCL's), so that the evaluation's share of the distance to the published figures is measured without the test split.
+
 Usage (from the repository root)::
 
     OMP_NUM_THREADS=1 python -m benchmarks.finetune_curves --data-root ../shared/data --out curves/acdc \\
         --labeled full --recipe elastic --fold 0 --iterations 6000 --val-every 500 -- --elastic_prob 0.5
+    python -m benchmarks.finetune_curves collect curves/acdc
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FIELDS = ["fold", "recipe", "labeled", "draw", "seed", "iteration", "val_dice", "finetune_iterations"]
+VARIANT_FIELDS = ["run", "dice", "dice_ed", "dice_pooled_2d", "num_volumes", "num_volumes_ed"]
 VAL_DICE = re.compile(r"Epoch\[(\d+)\] Metrics -- val_mean_dice: ([0-9.]+)")
 
 
@@ -68,7 +75,25 @@ def _done(out: Path, key: dict, validations: int) -> bool:
     return len(got) >= validations
 
 
+def collect(out: Path) -> Path:
+    """``<out>/variants_val.csv`` from every ``runs/<run>/model/eval/dice.json``, one row per run."""
+    rows = []
+    for summary in sorted(out.glob("runs/*/model/eval/dice.json")):
+        dice = json.loads(summary.read_text())
+        rows.append({"run": summary.parents[2].name, **{k: dice.get(k) for k in VARIANT_FIELDS[1:]}})
+    target = out / "variants_val.csv"
+    with target.open("w", newline="") as f:
+        writer = csv.DictWriter(f, VARIANT_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["collect"]:
+        print(collect(Path(argv[1])))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", required=True, help="folder holding acdc/ (GCL_DATA_ROOT)")
     parser.add_argument("--bundle", default="gcl_acdc")

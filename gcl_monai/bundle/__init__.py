@@ -1,7 +1,8 @@
 """What a bundle config calls besides its components: the split file and synthetic dataset it needs
 (:mod:`~gcl_monai.bundle.data_setup`), the checks of its switches and the float32 matrix-product precision
 (:mod:`~gcl_monai.bundle.run_options`), its device, rank and loader workers (:mod:`~gcl_monai.bundle.runtime`) and
-the pre-trained encoder's learning rate (:mod:`~gcl_monai.bundle.learning_rates`)."""
+the pre-trained encoder's learning rate (:mod:`~gcl_monai.bundle.learning_rates`) and the small named steps of a
+workflow (:mod:`~gcl_monai.bundle.workflow_steps`)."""
 
 from gcl_monai.bundle.data_setup import check_dataset_dir, ensure_phantom, load_or_create_split
 from gcl_monai.bundle.learning_rates import encoder_learning_rate
@@ -14,8 +15,15 @@ from gcl_monai.bundle.run_options import (
     training_loss,
 )
 from gcl_monai.bundle.runtime import default_device, default_num_workers, process_rank
+from gcl_monai.bundle.workflow_steps import as_floats, attach_all, every, image_meta, print_summary, release_model
 
 __all__ = [
+    "as_floats",
+    "attach_all",
+    "every",
+    "image_meta",
+    "print_summary",
+    "release_model",
     "MATMUL_PRECISIONS",
     "check_dataset_dir",
     "check_switches",

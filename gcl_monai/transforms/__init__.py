@@ -5,6 +5,7 @@ from gcl_monai.transforms.batch_views import BatchContrastiveViews
 from gcl_monai.transforms.dicom_reader import PositionSortedPydicomReader
 from gcl_monai.transforms.dicom_seg import SaveDicomSegd, label_map_on_source, write_dicom_seg
 from gcl_monai.transforms.field_of_view import FOV_SHAPES, CenterSquareCrop, CenterSquareCropd, field_of_view_crop
+from gcl_monai.transforms.grid import GRIDS, RequireSpacingd, in_plane_grid
 from gcl_monai.transforms.h5_reader import H5Reader
 from gcl_monai.transforms.inference_checks import FRAME_KEY, RepairNonFinited, SelectFramed
 from gcl_monai.transforms.postprocessing import LARGEST_COMPONENT_MODES, keep_largest_component
@@ -35,6 +36,9 @@ __all__ = [
     "CenterSquareCrop",
     "CenterSquareCropd",
     "field_of_view_crop",
+    "GRIDS",
+    "RequireSpacingd",
+    "in_plane_grid",
     "H5Reader",
     "LoadVolumed",
     "VolumeToSlicesd",

@@ -181,6 +181,18 @@ def test_paper_recipe_overlay_reads_the_paper_literally():
     assert [flag.get_parsed_content(k) for k in ("loss_form", "view_weight", "min_target")] == ["out", None, None]
 
 
+def test_paper_fine_tuning_overlay_states_the_papers_schedule(tmp_path):
+    """``recipes/finetune_paper.json`` on ``train.json``: batch 5, Adam 1e-4, 300 epochs of one pass over the labelled
+    slices each (cosine over all of them), a validation every 10 epochs."""
+    parser = _parser([DEMO / "train.json", DEMO / "recipes" / "finetune_paper.json"], bundle_root=str(tmp_path))
+    slices = len(parser.get_parsed_content("train#dataset"))
+    assert parser.get_parsed_content("iterations_per_epoch") == slices // 5 and slices >= 5
+    assert parser.get_parsed_content("optimizer").param_groups[0]["lr"] == 1e-4
+    assert parser.get_parsed_content("train#dataloader").batch_size == 5
+    assert parser.get_parsed_content("train#lr_scheduler").T_max == 300 * (slices // 5)
+    assert parser.get_parsed_content("train#trainer").state.max_epochs == 300
+
+
 @pytest.mark.parametrize(
     ("views_on_device", "steps"), [(False, ["ContrastiveViewsd", "EnsureTyped"]), (True, ["EnsureTyped"])]
 )

@@ -73,6 +73,7 @@ def test_bundle_layout_and_metadata(bundle):
         "gcl_monai.transforms.SelectFramed",
         "gcl_monai.transforms.RepairNonFinited",
         "gcl_monai.transforms.field_of_view_crop",
+        "gcl_monai.transforms.in_plane_grid",
         "gcl_monai.transforms.keep_largest_component",
         "gcl_monai.transforms.PositionSortedPydicomReader",
         "gcl_monai.transforms.SaveDicomSegd",

@@ -34,7 +34,7 @@ import torch
 from monai.bundle import ConfigParser
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gcl_monai.benchmark.bundles import default_bundle_dir
+from experiments.bundles import default_bundle_dir
 from gcl_monai.bundle import ensure_phantom
 
 

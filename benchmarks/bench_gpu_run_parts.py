@@ -29,7 +29,7 @@ from monai.bundle import ConfigParser
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from gcl_monai.benchmark.bundles import default_bundle_dir
+from experiments.bundles import default_bundle_dir
 from gcl_monai.bundle import ensure_phantom
 
 PAPER_FEATURES = [32, 64, 128, 256, 512, 32]

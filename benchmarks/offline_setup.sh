@@ -1,4 +1,4 @@
-# Prepares an offline machine for the benchmarks, from the folder made by benchmarks/offline_payload.py.
+# Prepares an offline machine for the benchmarks, from the folder made by experiments/gpu_session/offline_payload.py.
 # Source it from the repository's root:  source benchmarks/offline_setup.sh [PAYLOAD]   (default: .offline)
 #   - installs PAYLOAD/wheels/*.whl into /tmp/gcl-site (no index, no dependencies: the machine's own torch stays),
 #   - unpacks every PAYLOAD/data/NAME.tar.xz into /tmp/gcl-data/NAME (skipped when already there),
@@ -7,7 +7,7 @@
 
 _payload="${1:-.offline}"
 if [ ! -d "$_payload/wheels" ]; then
-    echo "offline_setup: $_payload/wheels not found (make it with python -m benchmarks.offline_payload wheels)" >&2
+    echo "offline_setup: $_payload/wheels not found (make it with python -m experiments.gpu_session.offline_payload wheels)" >&2
     return 1 2>/dev/null || exit 1
 fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gcl-site \
@@ -18,7 +18,7 @@ for _archive in "$_payload"/data/*.tar.xz; do
     [ -e "$_archive" ] || continue
     _name="$(basename "$_archive" .tar.xz)"
     if [ ! -d "$GCL_DATA_ROOT/$_name" ]; then
-        python3 -m benchmarks.offline_payload unpack "$_archive" "$GCL_DATA_ROOT/$_name.partial" &&
+        python3 -m experiments.gpu_session.offline_payload unpack "$_archive" "$GCL_DATA_ROOT/$_name.partial" &&
             mv "$GCL_DATA_ROOT/$_name.partial" "$GCL_DATA_ROOT/$_name" || { return 1 2>/dev/null || exit 1; }
     fi
 done

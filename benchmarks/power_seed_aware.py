@@ -1,5 +1,5 @@
 """
-Power and coverage of the seed-aware interval (``gcl_monai.benchmark.intervals.seed_aware_difference``) for a design
+Power and coverage of the seed-aware interval (``experiments.study.intervals.seed_aware_difference``) for a design
 of S pre-training seeds x D labelled draws, by simulation of the model the interval assumes: a paired difference
 ``mu + a_s + b_d + e_sd`` with normal seed, draw and residual effects. Power is the share of simulated experiments
 whose p-value is below ``--alpha`` (0.025: the first step of Holm's correction over two comparisons, so a lower bound
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gcl_monai.benchmark.intervals import seed_aware_difference
+from experiments.study.intervals import seed_aware_difference
 
 
 def simulate(

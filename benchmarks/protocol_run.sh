@@ -9,7 +9,7 @@
 # On a new machine, restore the records kept in docs/results/protocol_<DATA>/kept first (its README); REMAKE_ENCODERS=1
 # then also pre-trains again the encoders that stayed on the old machine (for the test-split probe).
 # SET_ASIDE_STALE=1: a pre-training made again with other bytes than its first encoder takes the new one and moves
-# the cells that loaded the first to discarded/, to run again (by default it fails: gcl_monai/benchmark/remade.py).
+# the cells that loaded the first to discarded/, to run again (by default it fails: experiments/remade.py).
 # TEST_ROOT=DIR: patients never seen, in the layout of DATA (e.g. ACDC's official test set): every fine-tuned model is
 # also evaluated on all of them, and the registered analysis also runs on those rows (`--test-set external`). After a
 # finished run, the same command with TEST_ROOT trains nothing again: it only evaluates.
@@ -21,9 +21,9 @@ fi
 DATA=$1 PRESET=$2
 ROOT=${3:-${GCL_DATA_ROOT:-../shared/data}}
 RESULTS=${4:-results}
-B="python -m gcl_monai.benchmark --preset $PRESET --data $DATA --data-root $ROOT --results-dir $RESULTS --jobs ${JOBS:-2}"
+B="python -m experiments --preset $PRESET --data $DATA --data-root $ROOT --results-dir $RESULTS --jobs ${JOBS:-2}"
 B="$B${REMAKE_ENCODERS:+ --remake-encoders}${SET_ASIDE_STALE:+ --set-aside-stale-cells}${TEST_ROOT:+ --test-root $TEST_ROOT}"
-A="python -m gcl_monai.benchmark protocol --results-dir $RESULTS"
+A="python -m experiments protocol --results-dir $RESULTS"
 CONTROL="--methods random supervised_encoder --pretrain-seeds 0 1"
 registration() {  # L: the registered comparisons when L is primary
   if [ "$1" = 2 ]; then echo protocol; else echo protocol-L1; fi
@@ -34,7 +34,7 @@ stage_b() {  # L [reuse flags]: stage B at L, then its analysis on the validatio
   $A --name "protocol-stageB-L${l}_$DATA" --test-set val --registration "$(registration "$l")" > /dev/null
 }
 control_resolved() {  # L: the control's lift over random at L has a seed-aware interval above 0 (stage B's rule)
-  python -m gcl_monai.benchmark control-resolved "$RESULTS/protocol-stageB-L$1_$DATA/protocol_analysis_val.csv" "$1"
+  python -m experiments control-resolved "$RESULTS/protocol-stageB-L$1_$DATA/protocol_analysis_val.csv" "$1"
   local verdict=$?
   [ "$verdict" -le 1 ] || exit "$verdict"  # 2: no analysis to read, not a verdict
   return "$verdict"
@@ -59,5 +59,5 @@ analyse() {  # experiment: the registered analysis of its test rows, and of the 
   [ -z "${TEST_ROOT:-}" ] || $A --name "$1" --registration "$(registration "$primary")" --test-set external
 }
 analyse "$C"
-python -m gcl_monai.benchmark keep "$RESULTS/$C" "$RESULTS/cpu-protocol_$DATA"
+python -m experiments keep "$RESULTS/$C" "$RESULTS/cpu-protocol_$DATA"
 analyse "cpu-protocol_$DATA"

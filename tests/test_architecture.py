@@ -1,5 +1,6 @@
 """The import rule of docs/architecture.md, enforced on the package's import graph (read from the source, nothing
-is imported): each layer imports only the layers below it, and no module is part of an import cycle."""
+is imported): each layer imports only the layers below it, no module is part of an import cycle, and nothing in the
+package imports the checkout's trees that are not installed (experiments/, benchmarks/, tests/)."""
 
 from __future__ import annotations
 
@@ -22,18 +23,6 @@ ALLOWED = {
     "engines": {"losses", "gradients", "networks"},
     "handlers": {"engines", "losses", "gradients", "networks"},
     "probe": {"data", "transforms", "networks"},
-    "benchmark": {
-        "bundle",
-        "data",
-        "transforms",
-        "engines",
-        "handlers",
-        "losses",
-        "gradients",
-        "networks",
-        "diagnose",
-        "probe",
-    },
     "diagnose": {"bundle", "data", "transforms", "engines", "handlers", "losses", "gradients", "networks", "probe"},
     "": {"losses", "gradients", "networks"},  # gcl_monai/__init__.py: the public API
 }
@@ -116,3 +105,30 @@ def test_checker_sees_absolute_relative_and_submodule_imports():
     assert found == {"gcl_monai.engines", "gcl_monai.handlers.collapse", "gcl_monai.losses.meta_contrastive"}
     assert {_layer(m) for m in found} - {"losses"} - ALLOWED["losses"] == {"engines", "handlers"}  # both refused
     assert {"gcl_monai.data.acdc", "gcl_monai.data.json_datalist"} <= _imports("gcl_monai.data.layouts")
+
+
+#: top-level trees of the checkout that are not installed: the package may not import them
+NOT_INSTALLED = ("experiments", "benchmarks", "tests")
+
+
+def _outside_imports(source: str) -> set[str]:
+    """The top-level names of every absolute import in ``source`` (``import x.y``, ``from x.y import z``)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_the_package_imports_nothing_that_is_not_installed(name):
+    imported = _outside_imports(MODULES[name].read_text())
+    assert not imported & set(NOT_INSTALLED), f"{name} imports {sorted(imported & set(NOT_INSTALLED))}"
+
+
+def test_the_checker_sees_an_import_of_the_experiments():
+    source = "import experiments.gpu_session\nfrom experiments.plan import plan_cells\nfrom .x import y\n"
+    assert _outside_imports(source) & set(NOT_INSTALLED) == {"experiments"}
+    assert _outside_imports("from benchmarks import bench_grad_filter\n") == {"benchmarks"}

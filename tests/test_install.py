@@ -22,7 +22,7 @@ SCRIPT = """
 import json, sys
 from pathlib import Path
 import gcl_monai
-from gcl_monai.benchmark import default_bundle_dir
+from gcl_monai.bundle.locate import default_bundle_dir
 from monai.bundle import ConfigParser
 import torch
 
@@ -149,7 +149,7 @@ def test_bundle_dir_setting_wins(installed, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["GCL_BUNDLE_DIR"] = str(tmp_path)
     out = subprocess.run(
-        [str(python), "-c", "from gcl_monai.benchmark import default_bundle_dir; print(default_bundle_dir())"],
+        [str(python), "-c", "from gcl_monai.bundle.locate import default_bundle_dir; print(default_bundle_dir())"],
         check=True,
         cwd=root,
         env=env,
@@ -159,7 +159,7 @@ def test_bundle_dir_setting_wins(installed, tmp_path):
     assert Path(out.stdout.strip()) == tmp_path.resolve()
     env["GCL_BUNDLE_DIR"] = str(tmp_path / "missing")
     failed = subprocess.run(
-        [str(python), "-c", "from gcl_monai.benchmark import default_bundle_dir; default_bundle_dir()"],
+        [str(python), "-c", "from gcl_monai.bundle.locate import default_bundle_dir; default_bundle_dir()"],
         cwd=root,
         env=env,
         capture_output=True,

@@ -18,7 +18,7 @@ from monai.networks.nets import BasicUNet
 from monai.transforms import LoadImage
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gcl_monai.benchmark.report import read_scalars
+from experiments.report import read_scalars
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs", "gcl_dicom"]

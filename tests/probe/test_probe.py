@@ -16,7 +16,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from gcl_monai.benchmark.report import read_scalars
+from experiments.report import read_scalars
 from gcl_monai.networks import GCLNet
 from gcl_monai.probe import (
     EncoderMismatch,

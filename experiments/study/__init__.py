@@ -1,0 +1,1 @@
+"""The project's own pre-registered study: protocols (stages, seed-aware intervals), intervals and power."""

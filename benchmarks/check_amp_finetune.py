@@ -1,14 +1,14 @@
 """
 Mixed precision in fine-tuning (``--amp True``: bfloat16 autocast of the forward pass, ``AutocastInferer``) against
 float32, on the demo's phantom: the demo's fine-tuning from random initialisation (L = 1, 200 iterations; no
-pre-training, which AMP does not touch) and evaluation with ``amp`` False and True for each fine-tuning seed. Prints and writes, per seed, the
-test Dice and the seconds per fine-tuning iteration of both, and the paired differences: the AMP Dice is acceptable
-when the mean paired difference lies within the spread of float32's Dice over the seeds (and within the 0.80-0.90
-of ten demo runs, docs/results/demo_runs.csv).
+pre-training, which AMP does not touch) and evaluation with ``amp`` False and True for each fine-tuning seed.
+Prints and writes, per seed, the test Dice and the seconds per fine-tuning iteration of both, and the paired
+differences: the AMP Dice is acceptable when the mean paired difference lies within the spread of float32's Dice
+over the seeds. Times are comparable only on an otherwise idle machine.
 
 Usage (from the repository root)::
 
-    python -m benchmarks.check_amp_finetune --seeds 0 1 2 3 4 --out docs/results/amp_finetune_cpu.json
+    python -m benchmarks.check_amp_finetune --seeds 0 1 2 --out docs/results/amp_finetune_cpu.json
 """
 
 from __future__ import annotations

@@ -73,6 +73,12 @@ ADDED_LATER: dict[str, Any] = {
     "keep_largest_component": False,
     "float32_matmul_precision": "highest",
     "slices_per_patient": 1,
+    "elastic_prob": 0.0,
+    "elastic_spacing": [24, 24],
+    "elastic_magnitude": [0.5, 1.5],
+    "amp": False,
+    "grid": "resize",
+    "pixel_spacing": 1.4,
 }
 
 #: settings that never change what is trained: the frozen-encoder probe of a pre-training (``probe_*``, its handler

@@ -51,6 +51,9 @@ POWER_DIFFERENCES = (0.03, 0.05)
 #: ``test_set`` of the rows that hold the validation patients' Dice (``results.csv``), on which recipes are chosen
 VALIDATION_SET = "val"
 INT_COLUMNS = ("num_labeled", "repeat", "draw", "seed")
+#: the evaluation variants of a test set's Dice (``results.csv`` columns, from ``dice.json``'s ``dice_ed`` and
+#: ``dice_pooled_2d``) with their names in the report: the primary ``dice`` is 3D per volume over ED and ES
+VARIANT_COLUMNS = {"ed_dice": "end-diastole only (GLCL)", "pooled_2d_dice": "pooled 2D (PCL)"}
 
 
 @dataclass(frozen=True)
@@ -98,9 +101,9 @@ def _parse(row: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = dict(row)
     for key in INT_COLUMNS:
         out[key] = int(row[key])
-    for key in row:
-        if key == "dice" or key.startswith("dice_"):
-            out[key] = float(row[key]) if row[key] not in ("", None) else math.nan
+    for key in [*row, *VARIANT_COLUMNS]:
+        if key == "dice" or key.startswith("dice_") or key in VARIANT_COLUMNS:
+            out[key] = float(row[key]) if row.get(key) not in ("", None) else math.nan
     return out
 
 
@@ -151,7 +154,7 @@ def _mean_std_cell(rows: Sequence[Mapping[str, Any]], planned: int, key: str = "
         return "–" if not rows else "failed"
     text = f"{np.mean(values):.3f}" + (f" ± {np.std(values, ddof=1):.3f}" if len(values) > 1 else "")
     notes = [] if len(values) == planned else [f"n={len(values)} of {planned}"]
-    bad = len(rows) - len(values)
+    bad = sum(not finished_row(r) for r in rows)  # a finished cell without a variant is only left out of n
     if bad:
         notes.append(f"{bad} failed or collapsed")
     return text + (f" ({', '.join(notes)})" if notes else "")
@@ -313,6 +316,7 @@ def markdown_report(
                         if m != baseline
                     ),
                 )
+        lines += _variants_table(rows, methods, labels, ls, test_set, planned)
         classes = [k[len("dice_") :] for k in (rows[0] if rows else {}) if k.startswith("dice_")]
         if classes and not validation:  # the validation Dice is the trainer's mean over the classes
             lines += ["", f"### Dice per class (`{test_set}`), mean over the repeats", ""]
@@ -324,6 +328,39 @@ def markdown_report(
                 ),
             )
     return "\n".join(lines) + "\n"
+
+
+def _variants_table(
+    rows: Sequence[Mapping[str, Any]],
+    methods: Sequence[str],
+    labels: Mapping[str, str],
+    ls: Sequence[int],
+    test_set: str,
+    planned: int,
+) -> list[str]:
+    """The primary Dice beside its evaluation variants (:data:`VARIANT_COLUMNS`) per method and L; nothing when no
+    row of ``test_set`` has a variant (the validation rows, results written before the variants)."""
+    selected = [r for r in rows if r["test_set"] == test_set]
+    if not any(math.isfinite(r.get(k, math.nan)) for r in selected for k in VARIANT_COLUMNS):
+        return []
+    lines = [
+        "",
+        f"### Evaluation variants (`{test_set}`)",
+        "",
+        "The same predictions scored three ways, mean ± std over the repeats: the primary Dice (3D per volume, "
+        "end-diastole and end-systole volumes), "
+        + ", ".join(VARIANT_COLUMNS.values())
+        + " (one Dice per class over every slice of the test set).",
+        "",
+    ]
+    names = {"dice": "primary", **VARIANT_COLUMNS}
+    return lines + markdown_table(
+        ["Method", *[f"{_l_name(n)} {names[k].split(' (')[0]}" for n in ls for k in names]],
+        (
+            [labels[m], *[_mean_std_cell(_select(rows, m, n, test_set), planned, key=k) for n in ls for k in names]]
+            for m in methods
+        ),
+    )
 
 
 def _class_mean(rows: Sequence[Mapping[str, Any]], name: str) -> str:

@@ -20,7 +20,15 @@ from experiments.experiment import FinetuneCell
 from experiments.report import VALIDATION_SET
 from gcl_monai.utils import atomic_write
 
-__all__ = ["collect_rows", "labelled_patients", "write_csv"]
+__all__ = ["VARIANTS", "collect_rows", "labelled_patients", "write_csv"]
+
+#: ``results.csv`` column -> ``dice.json`` key of the evaluation variants (experiments.report.VARIANT_COLUMNS)
+VARIANTS = {"ed_dice": "dice_ed", "pooled_2d_dice": "dice_pooled_2d"}
+
+
+def _number(value: Any) -> float:
+    """A ``dice.json`` figure as a float; NaN when it is absent or None (no end-diastole volume, an older file)."""
+    return math.nan if value is None else float(value)
 
 
 def labelled_patients(cell: FinetuneCell) -> str:
@@ -67,6 +75,7 @@ def collect_rows(finetune: list[FinetuneCell]) -> list[dict[str, Any]]:
                 "test_set": test_set,
                 "dice": summary.get("dice", math.nan),
                 **{f"dice_{k}": v for k, v in summary.get("dice_per_class", {}).items()},
+                **{column: _number(summary.get(key)) for column, key in VARIANTS.items()},
                 "status": status,
                 "labelled_patients": patients,
                 "num_test_volumes": summary.get("num_volumes", ""),
@@ -87,7 +96,7 @@ def collect_rows(finetune: list[FinetuneCell]) -> list[dict[str, Any]]:
                 split_file = Path(cell.train_overrides["split_file"])
                 if split_file not in num_val:
                     num_val[split_file] = _num_volumes(split_file, "val")
-                shared = {k: v for k, v in row.items() if not k.startswith("dice_")}
+                shared = {k: v for k, v in row.items() if not k.startswith("dice_") and k not in VARIANTS}
                 rows.append(
                     {
                         **shared,

@@ -436,7 +436,10 @@ def test_validation_rows_hold_the_last_validation_dice(tmp_path, monkeypatch):
     (experiment.folder / "split.json").write_text(json.dumps({"val": [{"image": "a"}, {"image": "b"}, {"image": "c"}]}))
     for cell, dice in ((logged, 0.61), (silent, 0.52)):
         cell.dice_file("test").parent.mkdir(parents=True)
-        cell.dice_file("test").write_text(json.dumps({"dice": dice, "dice_per_class": {"rv": dice}, "num_volumes": 4}))
+        variants = {"dice_ed": dice + 0.04, "dice_pooled_2d": dice + 0.02 if dice > 0.6 else None}
+        cell.dice_file("test").write_text(
+            json.dumps({"dice": dice, "dice_per_class": {"rv": dice}, "num_volumes": 4, **variants})
+        )
         cells.write_status(cell.folder, {"status": "finished", "trained": True})
     with SummaryWriter(str(logged.folder / "tensorboard")) as writer:
         for epoch, value in ((1, 0.2), (2, 0.5), (3, 0.4)):
@@ -447,12 +450,20 @@ def test_validation_rows_hold_the_last_validation_dice(tmp_path, monkeypatch):
     val = rows[1]
     assert val["dice"] == pytest.approx(0.4) and val["num_test_volumes"] == 3 and val["status"] == "ok"
     assert not [k for k in val if k.startswith("dice_")] and rows[0]["dice_rv"] == 0.61
+    # the evaluation variants are the test set's: in its rows (NaN where dice.json has none), not in the val row
+    assert rows[0]["ed_dice"] == pytest.approx(0.65) and rows[0]["pooled_2d_dice"] == pytest.approx(0.63)
+    assert rows[2]["ed_dice"] == pytest.approx(0.56) and math.isnan(rows[2]["pooled_2d_dice"])
+    assert "ed_dice" not in val and "pooled_2d_dice" not in val
     results.write_csv(rows, tmp_path / "results.csv")
     plan = {**_plan(("random",)), "data": "demo", "pretrain_data": "demo"}
     table = markdown_report(read_results(tmp_path / "results.csv"), plan)
     assert "## Dice on the `val` set (3 volumes)" in table and "### Dice per class (`test`)" in table
     assert "### Dice per class (`val`)" not in table and "Next to the paper (`val`)" not in table
     assert "| Random Init. | 0.400 (n=1 of 3) | – |" in table.splitlines()
+    assert "### Evaluation variants (`test`)" in table and "### Evaluation variants (`val`)" not in table
+    assert "| Method | L=1 primary | L=1 end-diastole only | L=1 pooled 2D |" in table
+    # primary (0.61, 0.52), end-diastole (0.65, 0.56), pooled 2D (0.63 and one missing)
+    assert "| Random Init. | 0.565 ± 0.064 (n=2 of 3) | 0.605 ± 0.064 (n=2 of 3) | 0.630 (n=1 of 3) |" in table
 
 
 def test_tensorboard_collapse(tmp_path):

@@ -1,5 +1,5 @@
 """
-``python -m experiments.gpu_session``: the whole comparison on a lent GPU machine, one command repeated.
+``python -m experiments.gpu_session``: the whole comparison on a time-limited GPU session, one command repeated.
 
 Each call (a command of at most 10 minutes) starts the detached worker when none runs and work is left, waits up to
 ``--wait`` seconds for it, then packs what is done into ``--out`` (:py:mod:`~experiments.gpu_session.pack`) and
@@ -23,8 +23,8 @@ from pathlib import Path
 
 from experiments.gpu_session import steps
 from experiments.gpu_session.budget import BUDGETS, get_budget
-from experiments.gpu_session.leases import format_plan, plan_leases
 from experiments.gpu_session.pack import ARCHIVE, REPORT, collect, pack, repack, unpack
+from experiments.gpu_session.sessions import format_plan, plan_sessions
 from experiments.gpu_session.state import RunState, worker_running
 from experiments.gpu_session.summary import run_report
 from experiments.gpu_session.terms import MAX_WAIT, MIB, PACK_SECONDS, TERMS, travel_bytes
@@ -42,7 +42,7 @@ def parser(prog: str = "python -m experiments.gpu_session") -> argparse.Argument
     p = argparse.ArgumentParser(
         prog=prog,
         description="Speed benchmark, diagnosis of the default recipe, pre-training (GCL, SimCLR) and fine-tuning "
-        "(random, SimCLR, GCL at L = 1 and 2 over paired draws) on one GPU, within the lending terms: run the same "
+        "(random, SimCLR, GCL at L = 1 and 2 over paired draws) on one GPU, within the session terms: run the same "
         "command again until it returns 0 (docs/gpu_run.md).",
     )
     p.add_argument("--out", type=Path, default=None, help="where the call leaves what comes back ($OUT; required)")
@@ -63,8 +63,8 @@ def parser(prog: str = "python -m experiments.gpu_session") -> argparse.Argument
         "--budget",
         default="default",
         choices=[b for b in BUDGETS if b != "rehearse"] + ["rehearse"],
-        help="the sizes of the steps (default: the cut that fits two 15-minute leases of an H100; paper: the "
-        "paper's 300 + 300 epochs, whose pre-training fits no lease; rehearse: tiny, on a CPU)",
+        help="the sizes of the steps (default: the cut that fits two 15-minute sessions of an H100; paper: the "
+        "paper's 300 + 300 epochs, whose pre-training fits no session; rehearse: tiny, on a CPU)",
     )
     p.add_argument(
         "--pretrain-seed",
@@ -107,7 +107,7 @@ def parser(prog: str = "python -m experiments.gpu_session") -> argparse.Argument
     p.add_argument(
         "--plan",
         action="store_true",
-        help="do not run: print the predicted H100 time of each lease of --budget against the lending terms",
+        help="do not run: print the predicted H100 time of each session of --budget against the session terms",
     )
     p.add_argument(
         "--rehearse",
@@ -207,7 +207,7 @@ def main_gpu_run(argv: Sequence[str]) -> int:
         )
     if args.plan:
         print(format_plan(get_budget(args.budget)))
-        return 0 if all(lease.fits() for lease in plan_leases(get_budget(args.budget))) else 1
+        return 0 if all(session.fits() for session in plan_sessions(get_budget(args.budget))) else 1
     if args.out is None:
         cli.error("the following arguments are required: --out")
     if args.collect is not None:

@@ -1,5 +1,5 @@
 """
-What a ``gpu-run`` command brings back, within the lending terms (:py:mod:`~experiments.gpu_session.terms`),
+What a ``gpu-run`` command brings back, within the session terms (:py:mod:`~experiments.gpu_session.terms`),
 and how a fresh machine resumes from it.
 
 The output folder gets at most ``max_files`` files, none in a sub-folder:
@@ -35,7 +35,7 @@ import torch
 
 from experiments.cells import STATUS_FILE, read_status
 from experiments.gpu_session.state import LOCK_FILE, STATE_FILE
-from experiments.gpu_session.terms import TERMS, LendingTerms
+from experiments.gpu_session.terms import TERMS, SessionTerms
 from experiments.records import RECORD_SUFFIXES
 from experiments.remade import DISCARDED, set_aside
 from gcl_monai.handlers import latest_checkpoint
@@ -107,7 +107,7 @@ def pack(
     out: Path,
     report: str,
     extra: Iterable[Path] = (),
-    terms: LendingTerms = TERMS,
+    terms: SessionTerms = TERMS,
     encoders_bf16: bool = False,
 ) -> dict:
     """
@@ -120,7 +120,7 @@ def pack(
         extra: further files copied as they are (the speed JSON).
         terms: the limits the returned files keep.
         encoders_bf16: store the finished encoders' tensors as bfloat16 too (half the bytes: a carry to the next
-            lease, :py:func:`repack`); else in float32, exact.
+            session, :py:func:`repack`); else in float32, exact.
 
     Returns:
         the manifest written into ``gpu_run.json``: ``packed`` and ``left_behind`` (paths relative to ``work``),

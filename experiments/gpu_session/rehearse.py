@@ -1,19 +1,19 @@
 """
-The rehearsal of ``gpu-run`` on a CPU (``gpu-run --rehearse --out DIR``): the runbook of a lent GPU played with
-tiny sizes (budget ``rehearse``), every command a separate process whose only state is its work folder (the
+The rehearsal of ``gpu-run`` on a CPU (``gpu-run --rehearse --out DIR``): the runbook of a GPU session played
+with tiny sizes (budget ``rehearse``), every command a separate process whose only state is its work folder (the
 machine's disk) and what came back:
 
-1. on machine A (the first lease), a first command starts the run and returns at once;
+1. on machine A (the first session), a first command starts the run and returns at once;
 2. once both pre-trainings and a fine-tuning cell are finished, the run is frozen mid-way (its worker's session
    stopped) and a second command on A collects what is done;
 3. machine A is given back: its worker is killed in the middle of the run and its work folder deleted;
 4. what the second command brought back is packed again to be carried (``--make-carry``: the finished encoders as
    bfloat16, within the room the checkout and ``.offline/`` leave), and the dataset is packed again with only the
    patients the fine-tuning reads (``experiments.gpu_session.offline_payload pack --patients-of``), for machine B
-   (the second lease: a new, empty work folder and that cut dataset), where a third command resumes from the carry;
+   (the second session: a new, empty work folder and that cut dataset), where a third command resumes from the carry;
    it is run again, as the runbook says, while it answers that the run goes on (each call waits at most ``MAX_WAIT``).
 
-Every output folder is checked against the lending terms, and what travels to B (checkout, wheels, cut dataset,
+Every output folder is checked against the session terms, and what travels to B (checkout, wheels, cut dataset,
 carry) against the working tree's limit, here and at the paper's width; the end checks that the run finished on two
 machines, every cell has its result, no pre-training and no fine-tuning cell finished on A ran again on B, and the
 encoders reached B as bfloat16. ``DIR/rehearsal.md`` lists the commands and the checks.
@@ -46,7 +46,7 @@ from gcl_monai.networks import ENCODER_PREFIXES
 __all__ = ["rehearse"]
 
 #: the wheels of ``.offline/wheels``, the whole ACDC payload (``experiments.gpu_session.offline_payload pack``: every
-#: patient, what a first lease's pre-trainings read) and the payload cut to the fine-tuning's patients of the default
+#: patient, what a first session's pre-trainings read) and the payload cut to the fine-tuning's patients of the default
 #: budget (``pack --patients-of``), as measured (docs/gpu_run.md, "On a fresh machine")
 WHEELS_BYTES = 5_500_000
 FULL_PAYLOAD_BYTES = 44_500_000
@@ -106,7 +106,7 @@ class _Rehearsal:
                 return code, calls
 
     def helper(self, name: str, argv: list[str]) -> int:
-        """Runs a command of the runbook here (between the leases), logged as ``name``."""
+        """Runs a command of the runbook here (between the sessions), logged as ``name``."""
         with open(self.out / f"{name}.log", "w") as log:
             code = subprocess.run(
                 [sys.executable, "-m", *argv],
@@ -173,7 +173,7 @@ def _give_back(work: Path) -> None:
 
 def _paper_width_travel(checkout: int) -> tuple[int, str]:
     """
-    Bytes that travel to the second lease of a GPU run at the paper's width: this checkout, the wheels and the ACDC
+    Bytes that travel to the second session of a GPU run at the paper's width: this checkout, the wheels and the ACDC
     payload cut to the fine-tuning's patients (as measured, docs/gpu_run.md), the two finished encoders as bfloat16
     (their parameters counted here) and the results and logs (as carried in this rehearsal, at most 1 MiB).
     """
@@ -256,13 +256,15 @@ def rehearse(out: Path, data_root: str | None = None) -> int:
     )
     first = sizes["total"] + WHEELS_BYTES + FULL_PAYLOAD_BYTES + MIB
     run.check(
-        "a first lease's travel (checkout, wheels, the whole ACDC payload, results) is within the limit",
+        "a first session's travel (checkout, wheels, the whole ACDC payload, results) is within the limit",
         first <= TERMS.tree_bytes,
         f"checkout {sizes['total'] / MIB:.1f} + wheels {WHEELS_BYTES / MIB:.1f} + ACDC {FULL_PAYLOAD_BYTES / MIB:.1f} "
         f"+ results 1.0 = {first / MIB:.1f} MiB (limit {TERMS.tree_bytes / MIB:.1f} MiB)",
     )
     paper, detail = _paper_width_travel(sizes["total"])
-    run.check("at the paper's width, the second lease's travel is within the limit", paper <= TERMS.tree_bytes, detail)
+    run.check(
+        "at the paper's width, the second session's travel is within the limit", paper <= TERMS.tree_bytes, detail
+    )
     shutil.rmtree(machine_a)  # the machine went back with its disk: nothing of it but the carry reaches B
     code, calls = run.command_until_done("command-3", "machine-b", _STAGE_SECONDS, resume=carry, data_root=str(data_b))
     run.check(

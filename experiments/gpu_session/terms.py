@@ -1,13 +1,13 @@
 """
-The terms on which a GPU machine is lent (issue 33), and checks of what travels to it and what comes back.
+The terms of a time-limited GPU session (issue 33), and checks of what travels to it and what comes back.
 
-- at most :py:attr:`LendingTerms.tree_bytes` of working tree travel with each command (tracked files, untracked files
+- at most :py:attr:`SessionTerms.tree_bytes` of working tree travel with each command (tracked files, untracked files
   that git does not ignore, and the carried paths), counted by :py:func:`travel_bytes` in whole blocks of
   :py:data:`BLOCK` bytes per file (see there: the tool's own count is not documented);
-- at most :py:attr:`LendingTerms.max_files` files come back from the output folder, none over
-  :py:attr:`LendingTerms.max_file_bytes`, together at most :py:attr:`LendingTerms.max_total_bytes`, none deeper than
-  :py:attr:`LendingTerms.max_depth` folders, each named in letters, digits, ``.``, ``_`` and ``-``;
-- one command at a time, at most :py:attr:`LendingTerms.command_seconds`; :py:attr:`LendingTerms.device_seconds` of
+- at most :py:attr:`SessionTerms.max_files` files come back from the output folder, none over
+  :py:attr:`SessionTerms.max_file_bytes`, together at most :py:attr:`SessionTerms.max_total_bytes`, none deeper than
+  :py:attr:`SessionTerms.max_depth` folders, each named in letters, digits, ``.``, ``_`` and ``-``;
+- one command at a time, at most :py:attr:`SessionTerms.command_seconds`; :py:attr:`SessionTerms.device_seconds` of
   device time in all, the machine's start included.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MAX_WAIT", "MIB", "PACK_SECONDS", "TERMS", "LendingTerms", "returned_violations", "travel_bytes"]
+__all__ = ["MAX_WAIT", "MIB", "PACK_SECONDS", "TERMS", "SessionTerms", "returned_violations", "travel_bytes"]
 
 MIB = 1 << 20
 #: the unit in which :py:func:`travel_bytes` counts each file (a file system's block)
@@ -28,8 +28,8 @@ _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 @dataclass(frozen=True)
-class LendingTerms:
-    """The limits of one lease of a GPU machine (the numbers of the device tool's README, "Limits")."""
+class SessionTerms:
+    """The limits of one session of a GPU machine (the numbers of the device tool's README, "Limits")."""
 
     max_files: int = 8
     max_file_bytes: int = 16 * MIB
@@ -43,7 +43,7 @@ class LendingTerms:
     device_seconds: int = 900
 
 
-TERMS = LendingTerms()
+TERMS = SessionTerms()
 #: seconds a gpu-run call keeps after its wait for packing and the transfers (measured on an H200, 2026-11-27: a
 #: 510 s wait returned after 589 s)
 PACK_SECONDS = 90
@@ -52,7 +52,7 @@ PACK_SECONDS = 90
 MAX_WAIT = TERMS.command_seconds - PACK_SECONDS
 
 
-def returned_violations(out_dir: Path, terms: LendingTerms = TERMS) -> list[str]:
+def returned_violations(out_dir: Path, terms: SessionTerms = TERMS) -> list[str]:
     """
     What in ``out_dir`` would not come back from the machine under ``terms`` (empty: everything comes back).
 
@@ -100,7 +100,7 @@ def travel_bytes(repo: Path, carry: Sequence[str] = ()) -> dict[str, int]:
     """
     Bytes of working tree that travel with each command from the checkout ``repo``: the files git tracks or does not
     ignore, and each carried path (ignored paths named in the call's ``carry``), each file rounded up to whole
-    :py:data:`BLOCK` s, so that the count is not below the tool's whichever way it counts (:py:class:`LendingTerms`).
+    :py:data:`BLOCK` s, so that the count is not below the tool's whichever way it counts (:py:class:`SessionTerms`).
 
     Args:
         repo: the checkout's root.

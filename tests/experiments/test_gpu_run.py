@@ -1,4 +1,4 @@
-"""gpu-run: the lending terms' checks, packing and resuming, the state, the stop on a verdict, and the rehearsal."""
+"""gpu-run: the session terms' checks, packing and resuming, the state, the stop on a verdict, and the rehearsal."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import torch
 
 from experiments.cells import write_status
 from experiments.experiment import Experiment
-from experiments.gpu_session import BUDGETS, LendingTerms, get_budget, pack, returned_violations, unpack
-from experiments.gpu_session.leases import format_plan, plan_leases
+from experiments.gpu_session import BUDGETS, SessionTerms, get_budget, pack, returned_violations, unpack
 from experiments.gpu_session.pack import ARCHIVE
+from experiments.gpu_session.sessions import format_plan, plan_sessions
 from experiments.gpu_session.state import RunState
 from experiments.gpu_session.steps import verdict_stops
 from experiments.gpu_session.terms import TERMS, travel_bytes
@@ -26,7 +26,7 @@ ROOT = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_
 
 
 def test_returned_violations_name_each_broken_term(tmp_path):
-    terms = LendingTerms(max_files=3, max_file_bytes=100, max_total_bytes=250, max_depth=1)
+    terms = SessionTerms(max_files=3, max_file_bytes=100, max_total_bytes=250, max_depth=1)
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "b").mkdir()
     (tmp_path / "ok.txt").write_bytes(b"x" * 100)
@@ -130,7 +130,7 @@ def test_pack_counts_what_is_packed_by_its_compressed_bytes(tmp_path):
     (tmp_path / "work" / "logs").mkdir()
     (tmp_path / "work" / "logs" / "worker.log").write_bytes(b"Epoch complete\n" * 20_000)  # 300 kB, gzip: ~1 kB
     # room for about 24 kB after the fixed files: the log's raw bytes alone are over it, compressed they are not
-    terms = LendingTerms(max_files=8, max_file_bytes=16 << 20, max_total_bytes=(64 << 10) + 25_000)
+    terms = SessionTerms(max_files=8, max_file_bytes=16 << 20, max_total_bytes=(64 << 10) + 25_000)
     manifest = pack(tmp_path / "work", tmp_path / "out", "# report\n", terms=terms)
     assert "logs/worker.log" in manifest["packed"]
     assert "results/x_acdc/pretrain/simclr/encoder.pt" in manifest["packed"]  # 16 kB of float32, incompressible
@@ -146,7 +146,7 @@ def test_pack_leaves_behind_what_the_terms_have_no_room_for(tmp_path):
     for other in ("gcl_L1_d0_s0_p1", "gcl_frozen_L1_d0_s0"):  # another pre-training seed's, another method's
         write_status(experiment / "finetune" / other, {"status": "finished"})
     # room for the small files and the 16 kB encoder, not also for the bfloat16 checkpoint (16 kB)
-    terms = LendingTerms(max_files=8, max_file_bytes=10_000, max_total_bytes=(64 << 10) + 25_000)
+    terms = SessionTerms(max_files=8, max_file_bytes=10_000, max_total_bytes=(64 << 10) + 25_000)
     manifest = pack(tmp_path / "work", tmp_path / "out", "# report\n", terms=terms)
     assert manifest["left_behind"] == ["results/x_acdc/pretrain/gcl/checkpoint_epoch=3.pt.bf16"]
     assert len(manifest["parts"]) >= 2  # cut into parts of 10 000 bytes
@@ -459,31 +459,31 @@ def test_make_carry_replaces_only_an_earlier_carry(tmp_path, capsys, monkeypatch
 
 
 def test_the_default_plan_takes_two_leases_and_the_papers_pretraining_fits_none():
-    """15 minutes of device time per lease, start-up included, 15% kept free (experiments.gpu_session.leases)."""
+    """15 minutes of device time per session, start-up included, 15% kept free (experiments.gpu_session.sessions)."""
     assert TERMS.device_seconds == 15 * 60 and TERMS.command_seconds == 10 * 60
-    default = plan_leases(get_budget("default"))
-    assert len(default) == 2 and all(lease.fits() for lease in default)
-    # the first lease holds both pre-trainings (they cannot resume on another machine at the paper's width)
+    default = plan_sessions(get_budget("default"))
+    assert len(default) == 2 and all(session.fits() for session in default)
+    # the first session holds both pre-trainings (they cannot resume on another machine at the paper's width)
     first = dict(default[0].parts)
     # 18.3 iterations x (0.112 + 0.022) s x 1.05 = 2.58 s per epoch, 1.25 times beside the cells
     pretraining = 80 * 878 / 48 * 0.134 * 1.05 * 1.25
     assert first["pre-training simclr and gcl, 80 epochs"] == pytest.approx(pretraining)
-    # a cell: 300 epochs x 4 (L = 1) or 8 (L = 2) batches of 6.8 ms (lease 2, 8 cells at once), and 15 s / 8
+    # a cell: 300 epochs x 4 (L = 1) or 8 (L = 2) batches of 6.8 ms (session 2, 8 cells at once), and 15 s / 8
     l1, l2 = 300 * 4 * 0.0068 + 15 / 8, 300 * 8 * 0.0068 + 15 / 8
-    # random-init cells fill the first lease after the pre-trainings, beside them: 1.25 times
+    # random-init cells fill the first session after the pre-trainings, beside them: 1.25 times
     assert first["10 random cells (6 at L = 1, 4 at L = 2)"] == pytest.approx(1.25 * (6 * l1 + 4 * l2))
     assert default[0].seconds == pytest.approx(110 + 67 + 86 + pretraining + 1.25 * (6 * l1 + 4 * l2) + 60)
-    # the first lease holds no cell more than the 15% margin allows, and the next cell would not have fitted
+    # the first session holds no cell more than the 15% margin allows, and the next cell would not have fitted
     room = 0.85 * 900 - 110 - 60
     used = default[0].seconds - 170
     assert used <= room < used + 1.25 * l2
-    # the second lease: the cells left, alone on the GPU
+    # the second session: the cells left, alone on the GPU
     assert dict(default[1].parts)["12 gcl cells (6 at L = 1, 6 at L = 2)"] == pytest.approx(6 * l1 + 6 * l2)
-    cells = [what for lease in default for what, _ in lease.parts if "cells" in what]
+    cells = [what for session in default for what, _ in session.parts if "cells" in what]
     assert sum(int(what.split()[0]) for what in cells) == 36  # 3 methods x L = 1, 2 x 6 draws, each once
-    paper = plan_leases(get_budget("paper"))
+    paper = plan_sessions(get_budget("paper"))
     assert not paper[0].fits() and paper[0].seconds > TERMS.device_seconds
-    assert not any("cells" in what for what, _ in paper[0].parts)  # nothing joins a lease already over
+    assert not any("cells" in what for what, _ in paper[0].parts)  # nothing joins a session already over
     table = format_plan(get_budget("default"))
     assert table.count("fits with 15% kept free") == 2 and "DOES NOT FIT" not in table
     assert "DOES NOT FIT" in format_plan(get_budget("paper"))
@@ -494,7 +494,7 @@ def test_the_default_plan_takes_two_leases_and_the_papers_pretraining_fits_none(
 
 def test_a_further_pretraining_seed_reruns_the_pretrained_methods_on_the_same_draws(tmp_path):
     """``--pretrain-seed 1``: budget default-p1, SimCLR and GCL pre-trained with seed 1 and fine-tuned with the same
-    overrides as seed 0's cells but their encoder; no random-init cell, no speed or diagnosis; one lease."""
+    overrides as seed 0's cells but their encoder; no random-init cell, no speed or diagnosis; one session."""
     seeded = get_budget("default-p1")
     assert seeded == BUDGETS["default"].with_pretrain_seed(1)
     assert seeded.methods == ("simclr", "gcl") and seeded.steps == ("compare",)
@@ -519,11 +519,11 @@ def test_a_further_pretraining_seed_reruns_the_pretrained_methods_on_the_same_dr
         assert different == {"pretrained_path", "output_dir", "ckpt_dir"}  # the same draw, seeds and recipe
         assert f"{cell.method}_p1" in cell.train_overrides["pretrained_path"]
 
-    # measured on its first lease (docs/results/gpu-default-p1_acdc): two leases with 15% kept free; SimCLR's cells
+    # measured on its first session (docs/results/gpu-default-p1_acdc): two sessions with 15% kept free; SimCLR's cells
     # share the GPU with GCL's pre-training (1.25 times), GCL's wait for it
-    lease = plan_leases(seeded)
-    assert len(lease) == 2 and all(one.fits() for one in lease)
-    parts = dict(lease[0].parts)
+    session = plan_sessions(seeded)
+    assert len(session) == 2 and all(one.fits() for one in session)
+    parts = dict(session[0].parts)
     assert "speed" not in parts and "diagnose" not in parts and not any("random" in what for what in parts)
     l1, l2 = 300 * 4 * 0.0068 + 15 / 8, 300 * 8 * 0.0068 + 15 / 8
     assert parts["12 simclr cells (6 at L = 1, 6 at L = 2)"] == pytest.approx(1.25 * (6 * l1 + 6 * l2))

@@ -315,7 +315,7 @@ def collect(returned: Path, into: Path) -> list[Path]:
     return written
 
 
-def repack(returned: Path, out: Path, max_bytes: int) -> dict:
+def repack(returned: Path, out: Path, max_bytes: int, terms: SessionTerms = TERMS) -> dict:
     """
     What a ``gpu-run`` call brought back, packed again into at most ``max_bytes`` (the room the working tree leaves
     for carrying it to a fresh machine), the finished encoders as bfloat16 (18.9 MB at the paper's width in float32,
@@ -328,7 +328,7 @@ def repack(returned: Path, out: Path, max_bytes: int) -> dict:
         the manifest of the new pack (``left_behind`` names what did not fit).
     """
     returned, out = Path(returned), Path(out)
-    terms = dataclasses.replace(TERMS, max_total_bytes=max_bytes)
+    terms = dataclasses.replace(terms, max_total_bytes=max_bytes)
     report = (returned / REPORT).read_text() if (returned / REPORT).exists() else ""
     speed = sorted(returned.glob("speed_*.json"))
     with tempfile.TemporaryDirectory() as tmp:

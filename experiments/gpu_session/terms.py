@@ -13,13 +13,14 @@ The terms of a time-limited GPU session (issue 33), and checks of what travels t
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-__all__ = ["MAX_WAIT", "MIB", "PACK_SECONDS", "TERMS", "SessionTerms", "returned_violations", "travel_bytes"]
+__all__ = ["MIB", "TERMS", "SessionTerms", "returned_violations", "travel_bytes"]
 
 MIB = 1 << 20
 #: the unit in which :py:func:`travel_bytes` counts each file (a file system's block)
@@ -41,15 +42,57 @@ class SessionTerms:
     tree_bytes: int = 64_000_000
     command_seconds: int = 600
     device_seconds: int = 900
+    #: seconds a gpu-run call keeps after its wait for packing and the transfers (measured on an H200, 2026-11-27: a
+    #: 510 s wait returned after 589 s)
+    pack_seconds: int = 90
+
+    @property
+    def max_wait(self) -> int:
+        """The longest a call may wait before it packs: the command limit less the packing (what a call stopped
+        before it has packed does not come back)."""
+        return self.command_seconds - self.pack_seconds
+
+    @staticmethod
+    def add_options(parser: argparse.ArgumentParser) -> None:
+        """One option per limit (``--tree-bytes``, ``--max-files``, ...), its default this class's."""
+        group = parser.add_argument_group("session terms", "the limits of a GPU session (defaults: SessionTerms)")
+        for limit in fields(SessionTerms):
+            group.add_argument(
+                "--" + limit.name.replace("_", "-"),
+                type=int,
+                default=limit.default,
+                help=f"{_HELP[limit.name]} (default {limit.default})",
+            )
+
+    @classmethod
+    def from_options(cls, args: argparse.Namespace) -> SessionTerms:
+        """The terms that :py:meth:`add_options`' options parsed into ``args``."""
+        return cls(**{limit.name: getattr(args, limit.name) for limit in fields(cls)})
+
+    def as_options(self) -> list[str]:
+        """The command-line options that give these terms to another call (those that differ from the defaults)."""
+        default = SessionTerms()
+        return [
+            option
+            for limit in fields(self)
+            if getattr(self, limit.name) != getattr(default, limit.name)
+            for option in ("--" + limit.name.replace("_", "-"), str(getattr(self, limit.name)))
+        ]
 
 
+_HELP = {
+    "max_files": "files that come back from the output folder, at most",
+    "max_file_bytes": "bytes of one returned file, at most",
+    "max_total_bytes": "bytes of all returned files, at most",
+    "max_depth": "folders a returned file lies below the output folder, at most",
+    "tree_bytes": "bytes of working tree (in whole blocks per file) that travel with each command, at most",
+    "command_seconds": "seconds one command runs, at most",
+    "device_seconds": "seconds of device time of a session, its start included",
+    "pack_seconds": "seconds a call keeps after its wait for packing and the transfers",
+}
+
+#: the default terms (the device tool's README, "Limits")
 TERMS = SessionTerms()
-#: seconds a gpu-run call keeps after its wait for packing and the transfers (measured on an H200, 2026-11-27: a
-#: 510 s wait returned after 589 s)
-PACK_SECONDS = 90
-#: the longest a gpu-run call may wait before it packs: the command limit less the packing (what a call stopped
-#: before it has packed does not come back)
-MAX_WAIT = TERMS.command_seconds - PACK_SECONDS
 
 
 def returned_violations(out_dir: Path, terms: SessionTerms = TERMS) -> list[str]:

@@ -541,3 +541,46 @@ def test_a_wait_that_leaves_no_time_to_pack_is_refused(wait, capsys):
     with pytest.raises(SystemExit):
         main_gpu_run(["--out", "out", "--wait", wait])
     assert f"--wait {float(wait):g}: give 0 to 510 s" in capsys.readouterr().err
+
+
+def test_the_session_terms_are_options_whose_defaults_are_the_dataclass():
+    from experiments.gpu_session.cli import parser
+
+    assert SessionTerms.from_options(parser().parse_args([])) == TERMS
+    terms = SessionTerms.from_options(parser().parse_args(["--tree-bytes", "1000", "--max-files", "3"]))
+    assert (terms.tree_bytes, terms.max_files, terms.device_seconds) == (1000, 3, TERMS.device_seconds)
+    # another call (the rehearsal's commands) gets the same terms back from the options they print
+    assert terms.as_options() == ["--max-files", "3", "--tree-bytes", "1000"]
+    assert SessionTerms.from_options(parser().parse_args(terms.as_options())) == terms
+    assert TERMS.as_options() == [] and TERMS.max_wait == TERMS.command_seconds - TERMS.pack_seconds == 510
+
+
+def test_a_session_option_changes_the_limit_that_the_plan_and_the_wait_apply(capsys):
+    from experiments.gpu_session.cli import main_gpu_run
+
+    assert main_gpu_run(["--plan"]) == 0
+    assert main_gpu_run(["--plan", "--device-seconds", "300"]) == 1  # no session of the default budget fits 255 s
+    assert "of 300" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # 200 s per command less 90 for packing leaves a wait of at most 110 s
+        main_gpu_run(["--out", "out", "--wait", "150", "--command-seconds", "200"])
+    assert "--wait 150: give 0 to 110 s; a call packs for about 90 s" in capsys.readouterr().err
+
+
+def test_a_session_option_changes_the_limits_that_packing_applies(tmp_path, capsys, monkeypatch):
+    from experiments.gpu_session import steps
+    from experiments.gpu_session.cli import main_gpu_run
+
+    checkout = _small_checkout(tmp_path / "checkout")
+    monkeypatch.setattr(steps, "checkout_root", lambda: checkout)
+    _work_with_pretrainings(tmp_path / "work")
+    pack(tmp_path / "work", tmp_path / "out", "# report\n")
+    # the carry's room is what --tree-bytes leaves beside the checkout (4 blocks) and the 1 MiB margin
+    with pytest.raises(SystemExit, match="no room to carry anything"):
+        main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(tmp_path / "c0"), "--tree-bytes", "1000000"])
+    assert main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(tmp_path / "c1")]) == 0
+    one = sorted(p.name for p in (tmp_path / "c1").glob(f"{ARCHIVE}.*"))
+    small = ["--max-file-bytes", "2000"]
+    assert main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(tmp_path / "c2"), *small]) == 0
+    parts = sorted((tmp_path / "c2").glob(f"{ARCHIVE}.*"))
+    assert len(parts) > len(one) and all(p.stat().st_size <= 2000 for p in parts)
+    assert returned_violations(tmp_path / "c2", SessionTerms(max_file_bytes=2000)) == []

@@ -7,7 +7,7 @@ Command line of the benchmark harness::
     python -m experiments report --name cpu-mini_acdc
     python -m experiments compare --names cpu-semi_acdc cpu-semi-w10_acdc --baseline random
     python -m experiments protocol --name cpu-protocol_acdc
-    python -m experiments.gpu_session --out "$OUT"          # on a lent GPU machine (docs/gpu_run.md)
+    python -m experiments.gpu_session --out "$OUT"          # on a time-limited GPU session (docs/gpu_run.md)
     python -m experiments keep results/NAME docs/results/protocol_acdc/kept/NAME.tar.xz   # or a folder
     python -m experiments restore docs/results/protocol_acdc/kept/NAME.tar.xz results/NAME
 """

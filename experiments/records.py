@@ -12,8 +12,8 @@ that makes other bytes fails loudly (:py:func:`experiments.cells.run_pretrain`),
 new encoder and sets the first encoder's cells aside (:py:mod:`experiments.remade`).
 
 Records are kept in a folder, or in one ``.tar.xz`` archive (``into`` ending in :py:data:`ARCHIVE_SUFFIX`): a
-finished experiment's hundreds of small files then travel as one file (every file of a checkout travels to a lent
-GPU in whole blocks: :py:func:`experiments.gpu_session.terms.travel_bytes`). ``restore`` takes either.
+finished experiment's hundreds of small files then travel as one file (every file of a checkout travels to a GPU
+session in whole blocks: :py:func:`experiments.gpu_session.terms.travel_bytes`). ``restore`` takes either.
 """
 
 from __future__ import annotations

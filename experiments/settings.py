@@ -44,7 +44,7 @@ PRETRAIN_SETTINGS_KEY = "pretrain_settings"
 #: its data, bundle and checkpoints are, the device (which changes only the rounding) and ``batched_augmentation``
 #: (the fine-tuning's augmentation drawn and applied for the whole batch at once: the same distribution as the
 #: per-slice transforms, tests/transforms/test_batch_augmentation.py; only the stream of random numbers differs, as
-#: it does from one fine-tuning seed to the next), so that a GPU run's later leases may use it beside cells
+#: it does from one fine-tuning seed to the next), so that a GPU run's later sessions may use it beside cells
 #: fine-tuned per slice.
 IGNORED_KEYS = (
     "bundle_root",

@@ -1,6 +1,6 @@
 """
-The sizes of each step of ``gpu-run``: the paper's budget, the default that fits two 15-minute leases
-(:py:mod:`~experiments.gpu_session.leases` and docs/gpu_run.md give the predicted time of each step), and the
+The sizes of each step of ``gpu-run``: the paper's budget, the default that fits two 15-minute sessions
+(:py:mod:`~experiments.gpu_session.sessions` and docs/gpu_run.md give the predicted time of each step), and the
 rehearsal's tiny sizes on a CPU.
 """
 
@@ -123,7 +123,7 @@ def _speed_args(iterations: int, warmup: int, loader_patients: int) -> tuple[str
 
 
 _PAPER_SPEED = _speed_args(iterations=20, warmup=5, loader_patients=24)
-#: loader workers of each pre-training (two side by side): the 16 cores of the lent machine shared (the bundles'
+#: loader workers of each pre-training (two side by side): the 16 cores of the session's machine shared (the bundles'
 #: default gives each run min(8, cores)); the pre-training draws its two views on the GPU (``views_on_device``: the
 #: same augmentation distribution, 0.03 instead of 0.94 core-seconds of loader work per batch of 48,
 #: docs/gpu_run.md). Each fine-tuning cell keeps its labelled slices on the GPU and augments them there
@@ -136,7 +136,7 @@ _GPU_LOADERS = {
     "pretrain": {"num_workers": 4, "views_on_device": True},
     "finetune": {"num_workers": 0, **_DEVICE_FINETUNE},
 }
-#: the acdc bundle probes its encoder after the last epoch (docs/probe.md), on the CPU: not within the lease; the
+#: the acdc bundle probes its encoder after the last epoch (docs/probe.md), on the CPU: not within the session; the
 #: finished encoders come back exact and are probed afterwards (python -m gcl_monai.probe)
 _NO_PROBE = {"probe_interval": 0}
 _PAPER = GpuRunBudget(
@@ -148,8 +148,8 @@ _PAPER = GpuRunBudget(
     speed=_PAPER_SPEED,
 )
 #: the default: the paper's recipes, the pre-training cut to 80 of its 300 epochs, so that the speed benchmark, the
-#: diagnosis and both pre-trainings end within one 15-minute lease of an H100 and the fine-tuning within a second
-#: one (:py:mod:`~experiments.gpu_session.leases`, docs/gpu_run.md "Predicted time")
+#: diagnosis and both pre-trainings end within one 15-minute session of an H100 and the fine-tuning within a second
+#: one (:py:mod:`~experiments.gpu_session.sessions`, docs/gpu_run.md "Predicted time")
 _DEFAULT = _PAPER.replace(
     name="default",
     pretrain={**_PAPER.pretrain, "epochs": 80},

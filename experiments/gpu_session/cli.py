@@ -1,5 +1,5 @@
 """
-``python -m experiments.gpu_session``: the whole comparison on a lent GPU machine, one command repeated.
+``python -m experiments.gpu_session``: the whole comparison on a time-limited GPU session, one command repeated.
 
 Each call (a command of at most 10 minutes) starts the detached worker when none runs and work is left, waits up to
 ``--wait`` seconds for it, then packs what is done into ``--out`` (:py:mod:`~experiments.gpu_session.pack`) and
@@ -23,11 +23,11 @@ from pathlib import Path
 
 from experiments.gpu_session import steps
 from experiments.gpu_session.budget import BUDGETS, get_budget
-from experiments.gpu_session.leases import format_plan, plan_leases
 from experiments.gpu_session.pack import ARCHIVE, REPORT, collect, pack, repack, unpack
+from experiments.gpu_session.sessions import format_plan, plan_sessions
 from experiments.gpu_session.state import RunState, worker_running
 from experiments.gpu_session.summary import run_report
-from experiments.gpu_session.terms import MAX_WAIT, MIB, PACK_SECONDS, TERMS, travel_bytes
+from experiments.gpu_session.terms import MIB, TERMS, SessionTerms, travel_bytes
 from experiments.presets import preset_cuts
 
 __all__ = ["main_gpu_run", "parser"]
@@ -42,7 +42,7 @@ def parser(prog: str = "python -m experiments.gpu_session") -> argparse.Argument
     p = argparse.ArgumentParser(
         prog=prog,
         description="Speed benchmark, diagnosis of the default recipe, pre-training (GCL, SimCLR) and fine-tuning "
-        "(random, SimCLR, GCL at L = 1 and 2 over paired draws) on one GPU, within the lending terms: run the same "
+        "(random, SimCLR, GCL at L = 1 and 2 over paired draws) on one GPU, within the session terms: run the same "
         "command again until it returns 0 (docs/gpu_run.md).",
     )
     p.add_argument("--out", type=Path, default=None, help="where the call leaves what comes back ($OUT; required)")
@@ -63,8 +63,8 @@ def parser(prog: str = "python -m experiments.gpu_session") -> argparse.Argument
         "--budget",
         default="default",
         choices=[b for b in BUDGETS if b != "rehearse"] + ["rehearse"],
-        help="the sizes of the steps (default: the cut that fits two 15-minute leases of an H100; paper: the "
-        "paper's 300 + 300 epochs, whose pre-training fits no lease; rehearse: tiny, on a CPU)",
+        help="the sizes of the steps (default: the cut that fits two 15-minute sessions of an H100; paper: the "
+        "paper's 300 + 300 epochs, whose pre-training fits no session; rehearse: tiny, on a CPU)",
     )
     p.add_argument(
         "--pretrain-seed",
@@ -83,9 +83,10 @@ def parser(prog: str = "python -m experiments.gpu_session") -> argparse.Argument
     p.add_argument(
         "--wait",
         type=float,
-        default=MAX_WAIT,
-        help=f"seconds to wait before packing, 0 to {MAX_WAIT} (default {MAX_WAIT}; less where less device "
-        f"time is left: the call returns about {PACK_SECONDS} s after its wait)",
+        default=None,
+        help=f"seconds to wait before packing, 0 to --command-seconds less --pack-seconds (default that, "
+        f"{TERMS.max_wait} with the default terms; less where less device time is left: the call returns about "
+        "--pack-seconds after its wait)",
     )
     p.add_argument(
         "--collect",
@@ -101,13 +102,13 @@ def parser(prog: str = "python -m experiments.gpu_session") -> argparse.Argument
         default=None,
         metavar="RETURNED",
         help="do not run: pack what a call brought back (RETURNED) again into --out, within the "
-        "room that the checkout and .offline/ leave under the 64 MiB that travel; weights that do not fit are left "
+        "room that the checkout and .offline/ leave under --tree-bytes that travel; weights that do not fit are left "
         "behind and run again on the fresh machine",
     )
     p.add_argument(
         "--plan",
         action="store_true",
-        help="do not run: print the predicted H100 time of each lease of --budget against the lending terms",
+        help="do not run: print the predicted H100 time of each session of --budget against the session terms",
     )
     p.add_argument(
         "--rehearse",
@@ -115,6 +116,7 @@ def parser(prog: str = "python -m experiments.gpu_session") -> argparse.Argument
         help="rehearse the whole runbook on this CPU at tiny sizes: separate commands, a machine given back mid-run "
         "and a fresh one resuming from what came back, every returned folder checked against the terms",
     )
+    SessionTerms.add_options(p)
     return p
 
 
@@ -124,10 +126,10 @@ _RETURNED_NAME = re.compile(rf"^(gpu_run\.json|{REPORT}|speed_\w+\.json|{ARCHIVE
 _CARRY_MARGIN = 1 * MIB
 
 
-def carry_room() -> int:
+def carry_room(terms: SessionTerms = TERMS) -> int:
     """
-    Bytes left for a carried folder under the working tree's limit, beside this checkout's tracked and not ignored
-    files and its ``.offline/`` payload (less a margin of :py:data:`_CARRY_MARGIN`).
+    Bytes left for a carried folder under the working tree's limit (``terms.tree_bytes``), beside this checkout's
+    tracked and not ignored files and its ``.offline/`` payload (less a margin of :py:data:`_CARRY_MARGIN`).
 
     Raises:
         SystemExit: outside a git checkout, or when nothing is left.
@@ -137,7 +139,7 @@ def carry_room() -> int:
         raise SystemExit("--make-carry needs the git checkout that travels (its size decides the room).")
     offline = root / ".offline"
     used = travel_bytes(root)["total"] + (travel_bytes(root, [".offline"])[".offline"] if offline.exists() else 0)
-    room = TERMS.tree_bytes - used - _CARRY_MARGIN
+    room = terms.tree_bytes - used - _CARRY_MARGIN
     if room <= 0:
         raise SystemExit(f"the checkout and .offline/ take {used / MIB:.1f} MiB: no room to carry anything.")
     return room
@@ -200,14 +202,17 @@ def main_gpu_run(argv: Sequence[str]) -> int:
             args.budget = get_budget(args.budget).with_pretrain_seed(args.pretrain_seed).name
         except ValueError as error:
             cli.error(str(error))
-    if not 0 <= args.wait <= MAX_WAIT:  # a longer wait runs into the command limit before the call has packed
+    terms = SessionTerms.from_options(args)
+    if args.wait is None:
+        args.wait = terms.max_wait
+    if not 0 <= args.wait <= terms.max_wait:  # a longer wait runs into the command limit before the call has packed
         cli.error(
-            f"--wait {args.wait:g}: give 0 to {MAX_WAIT} s; a call packs for about {PACK_SECONDS} s after its "
-            f"wait and is stopped at {TERMS.command_seconds} s, and what it has not packed does not come back"
+            f"--wait {args.wait:g}: give 0 to {terms.max_wait} s; a call packs for about {terms.pack_seconds} s after "
+            f"its wait and is stopped at {terms.command_seconds} s, and what it has not packed does not come back"
         )
     if args.plan:
-        print(format_plan(get_budget(args.budget)))
-        return 0 if all(lease.fits() for lease in plan_leases(get_budget(args.budget))) else 1
+        print(format_plan(get_budget(args.budget), terms))
+        return 0 if all(session.fits(terms) for session in plan_sessions(get_budget(args.budget), terms)) else 1
     if args.out is None:
         cli.error("the following arguments are required: --out")
     if args.collect is not None:
@@ -224,8 +229,8 @@ def main_gpu_run(argv: Sequence[str]) -> int:
                     f"--out {args.out} holds other files than a carry ({', '.join(foreign)}): not replaced."
                 )
             shutil.rmtree(args.out)
-        room = carry_room()
-        manifest = repack(args.make_carry, args.out, room)
+        room = carry_room(terms)
+        manifest = repack(args.make_carry, args.out, room, terms)
         size = sum(p.stat().st_size for p in args.out.iterdir())
         left = ", ".join(manifest["left_behind"]) or "nothing"
         print(f"{args.out}: {size / MIB:.2f} MiB of {room / MIB:.2f} MiB; left behind (run again there): {left}")
@@ -239,7 +244,7 @@ def main_gpu_run(argv: Sequence[str]) -> int:
     if args.rehearse:
         from experiments.gpu_session.rehearse import rehearse
 
-        return rehearse(args.out, data_root=args.data_root)
+        return rehearse(args.out, data_root=args.data_root, terms=terms)
     args.work = args.work.resolve()
     budget = get_budget(args.budget)
     if not budget.phantom_patients and not args.data_root:
@@ -256,7 +261,7 @@ def main_gpu_run(argv: Sequence[str]) -> int:
     folder = steps.experiment(args.work, budget, data).folder
     speed = steps.speed_file(args.work, budget)
     report = run_report(args.work, speed, folder, budget.pretrain.get("epochs"), preset_cuts(budget.preset()))
-    manifest = pack(args.work, args.out, report, [speed] if speed.exists() else [])
+    manifest = pack(args.work, args.out, report, [speed] if speed.exists() else [], terms=terms)
     current = state.read()
     print(f"gpu-run ({args.budget}): " + ", ".join(f"{n} {s['status']}" for n, s in current["steps"].items()))
     if current["stopped"]:

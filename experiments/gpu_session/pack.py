@@ -1,5 +1,5 @@
 """
-What a ``gpu-run`` command brings back, within the lending terms (:py:mod:`~experiments.gpu_session.terms`),
+What a ``gpu-run`` command brings back, within the session terms (:py:mod:`~experiments.gpu_session.terms`),
 and how a fresh machine resumes from it.
 
 The output folder gets at most ``max_files`` files, none in a sub-folder:
@@ -35,7 +35,7 @@ import torch
 
 from experiments.cells import STATUS_FILE, read_status
 from experiments.gpu_session.state import LOCK_FILE, STATE_FILE
-from experiments.gpu_session.terms import TERMS, LendingTerms
+from experiments.gpu_session.terms import TERMS, SessionTerms
 from experiments.records import RECORD_SUFFIXES
 from experiments.remade import DISCARDED, set_aside
 from gcl_monai.handlers import latest_checkpoint
@@ -107,7 +107,7 @@ def pack(
     out: Path,
     report: str,
     extra: Iterable[Path] = (),
-    terms: LendingTerms = TERMS,
+    terms: SessionTerms = TERMS,
     encoders_bf16: bool = False,
 ) -> dict:
     """
@@ -120,7 +120,7 @@ def pack(
         extra: further files copied as they are (the speed JSON).
         terms: the limits the returned files keep.
         encoders_bf16: store the finished encoders' tensors as bfloat16 too (half the bytes: a carry to the next
-            lease, :py:func:`repack`); else in float32, exact.
+            session, :py:func:`repack`); else in float32, exact.
 
     Returns:
         the manifest written into ``gpu_run.json``: ``packed`` and ``left_behind`` (paths relative to ``work``),
@@ -315,7 +315,7 @@ def collect(returned: Path, into: Path) -> list[Path]:
     return written
 
 
-def repack(returned: Path, out: Path, max_bytes: int) -> dict:
+def repack(returned: Path, out: Path, max_bytes: int, terms: SessionTerms = TERMS) -> dict:
     """
     What a ``gpu-run`` call brought back, packed again into at most ``max_bytes`` (the room the working tree leaves
     for carrying it to a fresh machine), the finished encoders as bfloat16 (18.9 MB at the paper's width in float32,
@@ -328,7 +328,7 @@ def repack(returned: Path, out: Path, max_bytes: int) -> dict:
         the manifest of the new pack (``left_behind`` names what did not fit).
     """
     returned, out = Path(returned), Path(out)
-    terms = dataclasses.replace(TERMS, max_total_bytes=max_bytes)
+    terms = dataclasses.replace(terms, max_total_bytes=max_bytes)
     report = (returned / REPORT).read_text() if (returned / REPORT).exists() else ""
     speed = sorted(returned.glob("speed_*.json"))
     with tempfile.TemporaryDirectory() as tmp:

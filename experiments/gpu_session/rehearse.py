@@ -1,19 +1,20 @@
 """
-The rehearsal of ``gpu-run`` on a CPU (``gpu-run --rehearse --out DIR``): the runbook of a lent GPU played with
-tiny sizes (budget ``rehearse``), every command a separate process whose only state is its work folder (the
+The rehearsal of ``gpu-run`` on a CPU (``gpu-run --rehearse --out DIR``): the runbook of a GPU session played
+with tiny sizes (budget ``rehearse``), every command a separate process whose only state is its work folder (the
 machine's disk) and what came back:
 
-1. on machine A (the first lease), a first command starts the run and returns at once;
+1. on machine A (the first session), a first command starts the run and returns at once;
 2. once both pre-trainings and a fine-tuning cell are finished, the run is frozen mid-way (its worker's session
    stopped) and a second command on A collects what is done;
 3. machine A is given back: its worker is killed in the middle of the run and its work folder deleted;
 4. what the second command brought back is packed again to be carried (``--make-carry``: the finished encoders as
    bfloat16, within the room the checkout and ``.offline/`` leave), and the dataset is packed again with only the
    patients the fine-tuning reads (``experiments.gpu_session.offline_payload pack --patients-of``), for machine B
-   (the second lease: a new, empty work folder and that cut dataset), where a third command resumes from the carry;
-   it is run again, as the runbook says, while it answers that the run goes on (each call waits at most ``MAX_WAIT``).
+   (the second session: a new, empty work folder and that cut dataset), where a third command resumes from the carry;
+   it is run again, as the runbook says, while it answers that the run goes on (each call waits at most
+   ``SessionTerms.max_wait``).
 
-Every output folder is checked against the lending terms, and what travels to B (checkout, wheels, cut dataset,
+Every output folder is checked against the session terms, and what travels to B (checkout, wheels, cut dataset,
 carry) against the working tree's limit, here and at the paper's width; the end checks that the run finished on two
 machines, every cell has its result, no pre-training and no fine-tuning cell finished on A ran again on B, and the
 encoders reached B as bfloat16. ``DIR/rehearsal.md`` lists the commands and the checks.
@@ -38,7 +39,7 @@ from experiments.gpu_session import steps
 from experiments.gpu_session.budget import get_budget
 from experiments.gpu_session.pack import BF16_SUFFIX
 from experiments.gpu_session.state import LOCK_FILE, STATE_FILE, RunState, worker_running
-from experiments.gpu_session.terms import MAX_WAIT, MIB, TERMS, returned_violations, travel_bytes
+from experiments.gpu_session.terms import MIB, TERMS, SessionTerms, returned_violations, travel_bytes
 from experiments.presets import PAPER
 from experiments.report import read_results
 from gcl_monai.networks import ENCODER_PREFIXES
@@ -46,7 +47,7 @@ from gcl_monai.networks import ENCODER_PREFIXES
 __all__ = ["rehearse"]
 
 #: the wheels of ``.offline/wheels``, the whole ACDC payload (``experiments.gpu_session.offline_payload pack``: every
-#: patient, what a first lease's pre-trainings read) and the payload cut to the fine-tuning's patients of the default
+#: patient, what a first session's pre-trainings read) and the payload cut to the fine-tuning's patients of the default
 #: budget (``pack --patients-of``), as measured (docs/gpu_run.md, "On a fresh machine")
 WHEELS_BYTES = 5_500_000
 FULL_PAYLOAD_BYTES = 44_500_000
@@ -56,9 +57,10 @@ _STAGE_SECONDS = 900
 
 
 class _Rehearsal:
-    def __init__(self, out: Path, data_root: str | None):
+    def __init__(self, out: Path, data_root: str | None, terms: SessionTerms):
         self.out = Path(out).resolve()
         self.data_root = data_root
+        self.terms = terms
         self.lines = ["# gpu-run rehearsal", "", "| command | machine | exit code | seconds |", "|---|---|---|---|"]
         self.checks: list[tuple[str, bool, str]] = []
 
@@ -78,6 +80,7 @@ class _Rehearsal:
             str(self.out / machine),
             "--wait",
             str(wait),
+            *self.terms.as_options(),
         ]
         argv += ["--resume-from", str(resume)] if resume is not None else []
         data_root = data_root or self.data_root
@@ -88,7 +91,7 @@ class _Rehearsal:
                 argv, stdout=log, stderr=subprocess.STDOUT, cwd=steps.checkout_root(), check=False
             ).returncode
         self.lines.append(f"| `{' '.join(argv[1:])}` | {machine} | {code} | {time.time() - start:.0f} |")
-        problems = returned_violations(out)
+        problems = returned_violations(out, self.terms)
         self.check(f"{name}: the returned files keep the terms", not problems, "; ".join(problems))
         return code, out
 
@@ -99,14 +102,14 @@ class _Rehearsal:
         start, calls = time.time(), 0
         while True:
             calls += 1
-            wait = min(MAX_WAIT, max(0.0, seconds - (time.time() - start)))
+            wait = min(self.terms.max_wait, max(0.0, seconds - (time.time() - start)))
             code, out = self.command(name if calls == 1 else f"{name}.{calls}", machine, wait=wait, **kwargs)
             going_on = code == 2 and out.is_dir() and any(out.iterdir())
             if not going_on or time.time() - start >= seconds:
                 return code, calls
 
     def helper(self, name: str, argv: list[str]) -> int:
-        """Runs a command of the runbook here (between the leases), logged as ``name``."""
+        """Runs a command of the runbook here (between the sessions), logged as ``name``."""
         with open(self.out / f"{name}.log", "w") as log:
             code = subprocess.run(
                 [sys.executable, "-m", *argv],
@@ -173,7 +176,7 @@ def _give_back(work: Path) -> None:
 
 def _paper_width_travel(checkout: int) -> tuple[int, str]:
     """
-    Bytes that travel to the second lease of a GPU run at the paper's width: this checkout, the wheels and the ACDC
+    Bytes that travel to the second session of a GPU run at the paper's width: this checkout, the wheels and the ACDC
     payload cut to the fine-tuning's patients (as measured, docs/gpu_run.md), the two finished encoders as bfloat16
     (their parameters counted here) and the results and logs (as carried in this rehearsal, at most 1 MiB).
     """
@@ -189,19 +192,20 @@ def _paper_width_travel(checkout: int) -> tuple[int, str]:
     return total, detail
 
 
-def rehearse(out: Path, data_root: str | None = None) -> int:
+def rehearse(out: Path, data_root: str | None = None, terms: SessionTerms = TERMS) -> int:
     """
     Runs the rehearsal into ``out`` (an empty or new folder); returns 0 when every check passes, else 1.
 
     Args:
         out: the rehearsal's folder (machines' work folders, each command's output folder, ``rehearsal.md``).
         data_root: a folder holding ``acdc/`` (e.g. a few real patients); None: a synthetic dataset.
+        terms: the limits every command runs under and every returned folder and travel is checked against.
     """
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"{out} is not empty: the rehearsal needs a new folder.")
     out.mkdir(parents=True, exist_ok=True)
-    run = _Rehearsal(out, data_root)
+    run = _Rehearsal(out, data_root, terms)
     machine_a, machine_b = run.out / "machine-a", run.out / "machine-b"
 
     code, _ = run.command("command-1", "machine-a", wait=0)
@@ -216,7 +220,10 @@ def rehearse(out: Path, data_root: str | None = None) -> int:
         _give_back(machine_a)
 
     carry, payload = run.out / "carry", run.out / "payload" / "acdc.tar.xz"
-    code = run.helper("make-carry", ["experiments.gpu_session", "--make-carry", str(returned), "--out", str(carry)])
+    code = run.helper(
+        "make-carry",
+        ["experiments.gpu_session", "--make-carry", str(returned), "--out", str(carry), *terms.as_options()],
+    )
     run.check("what came back is packed again to be carried", code == 0, f"exit code {code}")
     data_a = Path(run.data_root) if run.data_root else machine_a / "data"
     cut = [
@@ -249,20 +256,22 @@ def rehearse(out: Path, data_root: str | None = None) -> int:
     total = sizes["total"] + wheel_bytes + payload.stat().st_size + carried
     run.check(
         "what travels to machine B (checkout, wheels, cut dataset, carried files) is within the working tree's limit",
-        total <= TERMS.tree_bytes,
+        total <= terms.tree_bytes,
         f"checkout {sizes['total'] / MIB:.1f} MiB + wheels {wheel_bytes / MIB:.1f} MiB + dataset "
         f"{payload.stat().st_size / MIB:.2f} MiB + carried {carried / MIB:.2f} MiB = {total / MIB:.1f} MiB "
-        f"(limit {TERMS.tree_bytes / MIB:.0f} MiB)",
+        f"(limit {terms.tree_bytes / MIB:.0f} MiB)",
     )
     first = sizes["total"] + WHEELS_BYTES + FULL_PAYLOAD_BYTES + MIB
     run.check(
-        "a first lease's travel (checkout, wheels, the whole ACDC payload, results) is within the limit",
-        first <= TERMS.tree_bytes,
+        "a first session's travel (checkout, wheels, the whole ACDC payload, results) is within the limit",
+        first <= terms.tree_bytes,
         f"checkout {sizes['total'] / MIB:.1f} + wheels {WHEELS_BYTES / MIB:.1f} + ACDC {FULL_PAYLOAD_BYTES / MIB:.1f} "
-        f"+ results 1.0 = {first / MIB:.1f} MiB (limit {TERMS.tree_bytes / MIB:.1f} MiB)",
+        f"+ results 1.0 = {first / MIB:.1f} MiB (limit {terms.tree_bytes / MIB:.1f} MiB)",
     )
     paper, detail = _paper_width_travel(sizes["total"])
-    run.check("at the paper's width, the second lease's travel is within the limit", paper <= TERMS.tree_bytes, detail)
+    run.check(
+        "at the paper's width, the second session's travel is within the limit", paper <= terms.tree_bytes, detail
+    )
     shutil.rmtree(machine_a)  # the machine went back with its disk: nothing of it but the carry reaches B
     code, calls = run.command_until_done("command-3", "machine-b", _STAGE_SECONDS, resume=carry, data_root=str(data_b))
     run.check(

@@ -1,25 +1,26 @@
 """
-The terms on which a GPU machine is lent (issue 33), and checks of what travels to it and what comes back.
+The terms of a time-limited GPU session (issue 33), and checks of what travels to it and what comes back.
 
-- at most :py:attr:`LendingTerms.tree_bytes` of working tree travel with each command (tracked files, untracked files
+- at most :py:attr:`SessionTerms.tree_bytes` of working tree travel with each command (tracked files, untracked files
   that git does not ignore, and the carried paths), counted by :py:func:`travel_bytes` in whole blocks of
   :py:data:`BLOCK` bytes per file (see there: the tool's own count is not documented);
-- at most :py:attr:`LendingTerms.max_files` files come back from the output folder, none over
-  :py:attr:`LendingTerms.max_file_bytes`, together at most :py:attr:`LendingTerms.max_total_bytes`, none deeper than
-  :py:attr:`LendingTerms.max_depth` folders, each named in letters, digits, ``.``, ``_`` and ``-``;
-- one command at a time, at most :py:attr:`LendingTerms.command_seconds`; :py:attr:`LendingTerms.device_seconds` of
+- at most :py:attr:`SessionTerms.max_files` files come back from the output folder, none over
+  :py:attr:`SessionTerms.max_file_bytes`, together at most :py:attr:`SessionTerms.max_total_bytes`, none deeper than
+  :py:attr:`SessionTerms.max_depth` folders, each named in letters, digits, ``.``, ``_`` and ``-``;
+- one command at a time, at most :py:attr:`SessionTerms.command_seconds`; :py:attr:`SessionTerms.device_seconds` of
   device time in all, the machine's start included.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-__all__ = ["MAX_WAIT", "MIB", "PACK_SECONDS", "TERMS", "LendingTerms", "returned_violations", "travel_bytes"]
+__all__ = ["MIB", "TERMS", "SessionTerms", "returned_violations", "travel_bytes"]
 
 MIB = 1 << 20
 #: the unit in which :py:func:`travel_bytes` counts each file (a file system's block)
@@ -28,8 +29,8 @@ _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 @dataclass(frozen=True)
-class LendingTerms:
-    """The limits of one lease of a GPU machine (the numbers of the device tool's README, "Limits")."""
+class SessionTerms:
+    """The limits of one session of a GPU machine (the numbers of the device tool's README, "Limits")."""
 
     max_files: int = 8
     max_file_bytes: int = 16 * MIB
@@ -41,18 +42,60 @@ class LendingTerms:
     tree_bytes: int = 64_000_000
     command_seconds: int = 600
     device_seconds: int = 900
+    #: seconds a gpu-run call keeps after its wait for packing and the transfers (measured on an H200, 2026-11-27: a
+    #: 510 s wait returned after 589 s)
+    pack_seconds: int = 90
+
+    @property
+    def max_wait(self) -> int:
+        """The longest a call may wait before it packs: the command limit less the packing (what a call stopped
+        before it has packed does not come back)."""
+        return self.command_seconds - self.pack_seconds
+
+    @staticmethod
+    def add_options(parser: argparse.ArgumentParser) -> None:
+        """One option per limit (``--tree-bytes``, ``--max-files``, ...), its default this class's."""
+        group = parser.add_argument_group("session terms", "the limits of a GPU session (defaults: SessionTerms)")
+        for limit in fields(SessionTerms):
+            group.add_argument(
+                "--" + limit.name.replace("_", "-"),
+                type=int,
+                default=limit.default,
+                help=f"{_HELP[limit.name]} (default {limit.default})",
+            )
+
+    @classmethod
+    def from_options(cls, args: argparse.Namespace) -> SessionTerms:
+        """The terms that :py:meth:`add_options`' options parsed into ``args``."""
+        return cls(**{limit.name: getattr(args, limit.name) for limit in fields(cls)})
+
+    def as_options(self) -> list[str]:
+        """The command-line options that give these terms to another call (those that differ from the defaults)."""
+        default = SessionTerms()
+        return [
+            option
+            for limit in fields(self)
+            if getattr(self, limit.name) != getattr(default, limit.name)
+            for option in ("--" + limit.name.replace("_", "-"), str(getattr(self, limit.name)))
+        ]
 
 
-TERMS = LendingTerms()
-#: seconds a gpu-run call keeps after its wait for packing and the transfers (measured on an H200, 2026-11-27: a
-#: 510 s wait returned after 589 s)
-PACK_SECONDS = 90
-#: the longest a gpu-run call may wait before it packs: the command limit less the packing (what a call stopped
-#: before it has packed does not come back)
-MAX_WAIT = TERMS.command_seconds - PACK_SECONDS
+_HELP = {
+    "max_files": "files that come back from the output folder, at most",
+    "max_file_bytes": "bytes of one returned file, at most",
+    "max_total_bytes": "bytes of all returned files, at most",
+    "max_depth": "folders a returned file lies below the output folder, at most",
+    "tree_bytes": "bytes of working tree (in whole blocks per file) that travel with each command, at most",
+    "command_seconds": "seconds one command runs, at most",
+    "device_seconds": "seconds of device time of a session, its start included",
+    "pack_seconds": "seconds a call keeps after its wait for packing and the transfers",
+}
+
+#: the default terms (the device tool's README, "Limits")
+TERMS = SessionTerms()
 
 
-def returned_violations(out_dir: Path, terms: LendingTerms = TERMS) -> list[str]:
+def returned_violations(out_dir: Path, terms: SessionTerms = TERMS) -> list[str]:
     """
     What in ``out_dir`` would not come back from the machine under ``terms`` (empty: everything comes back).
 
@@ -100,7 +143,7 @@ def travel_bytes(repo: Path, carry: Sequence[str] = ()) -> dict[str, int]:
     """
     Bytes of working tree that travel with each command from the checkout ``repo``: the files git tracks or does not
     ignore, and each carried path (ignored paths named in the call's ``carry``), each file rounded up to whole
-    :py:data:`BLOCK` s, so that the count is not below the tool's whichever way it counts (:py:class:`LendingTerms`).
+    :py:data:`BLOCK` s, so that the count is not below the tool's whichever way it counts (:py:class:`SessionTerms`).
 
     Args:
         repo: the checkout's root.

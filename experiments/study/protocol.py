@@ -6,11 +6,11 @@ Holm-corrected; "resolved" only for what survives the correction.
 A registration names the document that registers an analysis and its comparisons: ``protocol`` (docs/protocol.md,
 L = 2 primary), ``protocol-L1`` (the same at L = 1, when stage B makes L = 1 primary), ``protocol-original`` (as
 first registered, before amendment 5: the analyses made before it), ``gpu-replication`` (docs/protocol_gpu.md: new
-pre-training seeds of the lent GPUs' comparison, without the positive control) or ``gpu-seeds``
+pre-training seeds of the GPU sessions' comparison, without the positive control) or ``gpu-seeds``
 (docs/protocol_gpu_seeds.md: the same comparisons on seeds 3 to 14).
 
 The ``encoder`` scope analyses an experiment with one pre-training seed per method (an exploratory run, such as a
-lent GPU's) in the same families: paired t-intervals over the draws of those encoders
+GPU session's) in the same families: paired t-intervals over the draws of those encoders
 (:py:func:`~experiments.study.intervals.encoder_difference`). What it resolves is said of those encoders, not of
 the methods.
 """
@@ -108,7 +108,7 @@ ORIGINAL_PROTOCOL_COMPARISONS = (
     Comparison("simclr", "random", 1),
 )
 
-#: docs/protocol_gpu.md: the comparisons as first registered without the positive control (the lent GPUs' runs have
+#: docs/protocol_gpu.md: the comparisons as first registered without the positive control (the GPU sessions' runs have
 #: none): GCL − random and GCL − SimCLR at L = 2 primary, SimCLR − random at L = 2 and the three at L = 1 secondary
 REPLICATION_COMPARISONS = tuple(
     c for c in ORIGINAL_PROTOCOL_COMPARISONS if "supervised_encoder" not in (c.method, c.baseline)

@@ -1,4 +1,4 @@
-"""gpu-run: the lending terms' checks, packing and resuming, the state, the stop on a verdict, and the rehearsal."""
+"""gpu-run: the session terms' checks, packing and resuming, the state, the stop on a verdict, and the rehearsal."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import torch
 
 from experiments.cells import write_status
 from experiments.experiment import Experiment
-from experiments.gpu_session import BUDGETS, LendingTerms, get_budget, pack, returned_violations, unpack
-from experiments.gpu_session.leases import format_plan, plan_leases
+from experiments.gpu_session import BUDGETS, SessionTerms, get_budget, pack, returned_violations, unpack
 from experiments.gpu_session.pack import ARCHIVE
+from experiments.gpu_session.sessions import format_plan, plan_sessions
 from experiments.gpu_session.state import RunState
 from experiments.gpu_session.steps import verdict_stops
 from experiments.gpu_session.terms import TERMS, travel_bytes
@@ -26,7 +26,7 @@ ROOT = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_
 
 
 def test_returned_violations_name_each_broken_term(tmp_path):
-    terms = LendingTerms(max_files=3, max_file_bytes=100, max_total_bytes=250, max_depth=1)
+    terms = SessionTerms(max_files=3, max_file_bytes=100, max_total_bytes=250, max_depth=1)
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "b").mkdir()
     (tmp_path / "ok.txt").write_bytes(b"x" * 100)
@@ -130,7 +130,7 @@ def test_pack_counts_what_is_packed_by_its_compressed_bytes(tmp_path):
     (tmp_path / "work" / "logs").mkdir()
     (tmp_path / "work" / "logs" / "worker.log").write_bytes(b"Epoch complete\n" * 20_000)  # 300 kB, gzip: ~1 kB
     # room for about 24 kB after the fixed files: the log's raw bytes alone are over it, compressed they are not
-    terms = LendingTerms(max_files=8, max_file_bytes=16 << 20, max_total_bytes=(64 << 10) + 25_000)
+    terms = SessionTerms(max_files=8, max_file_bytes=16 << 20, max_total_bytes=(64 << 10) + 25_000)
     manifest = pack(tmp_path / "work", tmp_path / "out", "# report\n", terms=terms)
     assert "logs/worker.log" in manifest["packed"]
     assert "results/x_acdc/pretrain/simclr/encoder.pt" in manifest["packed"]  # 16 kB of float32, incompressible
@@ -146,7 +146,7 @@ def test_pack_leaves_behind_what_the_terms_have_no_room_for(tmp_path):
     for other in ("gcl_L1_d0_s0_p1", "gcl_frozen_L1_d0_s0"):  # another pre-training seed's, another method's
         write_status(experiment / "finetune" / other, {"status": "finished"})
     # room for the small files and the 16 kB encoder, not also for the bfloat16 checkpoint (16 kB)
-    terms = LendingTerms(max_files=8, max_file_bytes=10_000, max_total_bytes=(64 << 10) + 25_000)
+    terms = SessionTerms(max_files=8, max_file_bytes=10_000, max_total_bytes=(64 << 10) + 25_000)
     manifest = pack(tmp_path / "work", tmp_path / "out", "# report\n", terms=terms)
     assert manifest["left_behind"] == ["results/x_acdc/pretrain/gcl/checkpoint_epoch=3.pt.bf16"]
     assert len(manifest["parts"]) >= 2  # cut into parts of 10 000 bytes
@@ -459,31 +459,31 @@ def test_make_carry_replaces_only_an_earlier_carry(tmp_path, capsys, monkeypatch
 
 
 def test_the_default_plan_takes_two_leases_and_the_papers_pretraining_fits_none():
-    """15 minutes of device time per lease, start-up included, 15% kept free (experiments.gpu_session.leases)."""
+    """15 minutes of device time per session, start-up included, 15% kept free (experiments.gpu_session.sessions)."""
     assert TERMS.device_seconds == 15 * 60 and TERMS.command_seconds == 10 * 60
-    default = plan_leases(get_budget("default"))
-    assert len(default) == 2 and all(lease.fits() for lease in default)
-    # the first lease holds both pre-trainings (they cannot resume on another machine at the paper's width)
+    default = plan_sessions(get_budget("default"))
+    assert len(default) == 2 and all(session.fits() for session in default)
+    # the first session holds both pre-trainings (they cannot resume on another machine at the paper's width)
     first = dict(default[0].parts)
     # 18.3 iterations x (0.112 + 0.022) s x 1.05 = 2.58 s per epoch, 1.25 times beside the cells
     pretraining = 80 * 878 / 48 * 0.134 * 1.05 * 1.25
     assert first["pre-training simclr and gcl, 80 epochs"] == pytest.approx(pretraining)
-    # a cell: 300 epochs x 4 (L = 1) or 8 (L = 2) batches of 6.8 ms (lease 2, 8 cells at once), and 15 s / 8
+    # a cell: 300 epochs x 4 (L = 1) or 8 (L = 2) batches of 6.8 ms (session 2, 8 cells at once), and 15 s / 8
     l1, l2 = 300 * 4 * 0.0068 + 15 / 8, 300 * 8 * 0.0068 + 15 / 8
-    # random-init cells fill the first lease after the pre-trainings, beside them: 1.25 times
+    # random-init cells fill the first session after the pre-trainings, beside them: 1.25 times
     assert first["10 random cells (6 at L = 1, 4 at L = 2)"] == pytest.approx(1.25 * (6 * l1 + 4 * l2))
     assert default[0].seconds == pytest.approx(110 + 67 + 86 + pretraining + 1.25 * (6 * l1 + 4 * l2) + 60)
-    # the first lease holds no cell more than the 15% margin allows, and the next cell would not have fitted
+    # the first session holds no cell more than the 15% margin allows, and the next cell would not have fitted
     room = 0.85 * 900 - 110 - 60
     used = default[0].seconds - 170
     assert used <= room < used + 1.25 * l2
-    # the second lease: the cells left, alone on the GPU
+    # the second session: the cells left, alone on the GPU
     assert dict(default[1].parts)["12 gcl cells (6 at L = 1, 6 at L = 2)"] == pytest.approx(6 * l1 + 6 * l2)
-    cells = [what for lease in default for what, _ in lease.parts if "cells" in what]
+    cells = [what for session in default for what, _ in session.parts if "cells" in what]
     assert sum(int(what.split()[0]) for what in cells) == 36  # 3 methods x L = 1, 2 x 6 draws, each once
-    paper = plan_leases(get_budget("paper"))
+    paper = plan_sessions(get_budget("paper"))
     assert not paper[0].fits() and paper[0].seconds > TERMS.device_seconds
-    assert not any("cells" in what for what, _ in paper[0].parts)  # nothing joins a lease already over
+    assert not any("cells" in what for what, _ in paper[0].parts)  # nothing joins a session already over
     table = format_plan(get_budget("default"))
     assert table.count("fits with 15% kept free") == 2 and "DOES NOT FIT" not in table
     assert "DOES NOT FIT" in format_plan(get_budget("paper"))
@@ -494,7 +494,7 @@ def test_the_default_plan_takes_two_leases_and_the_papers_pretraining_fits_none(
 
 def test_a_further_pretraining_seed_reruns_the_pretrained_methods_on_the_same_draws(tmp_path):
     """``--pretrain-seed 1``: budget default-p1, SimCLR and GCL pre-trained with seed 1 and fine-tuned with the same
-    overrides as seed 0's cells but their encoder; no random-init cell, no speed or diagnosis; one lease."""
+    overrides as seed 0's cells but their encoder; no random-init cell, no speed or diagnosis; one session."""
     seeded = get_budget("default-p1")
     assert seeded == BUDGETS["default"].with_pretrain_seed(1)
     assert seeded.methods == ("simclr", "gcl") and seeded.steps == ("compare",)
@@ -519,11 +519,11 @@ def test_a_further_pretraining_seed_reruns_the_pretrained_methods_on_the_same_dr
         assert different == {"pretrained_path", "output_dir", "ckpt_dir"}  # the same draw, seeds and recipe
         assert f"{cell.method}_p1" in cell.train_overrides["pretrained_path"]
 
-    # measured on its first lease (docs/results/gpu-default-p1_acdc): two leases with 15% kept free; SimCLR's cells
+    # measured on its first session (docs/results/gpu-default-p1_acdc): two sessions with 15% kept free; SimCLR's cells
     # share the GPU with GCL's pre-training (1.25 times), GCL's wait for it
-    lease = plan_leases(seeded)
-    assert len(lease) == 2 and all(one.fits() for one in lease)
-    parts = dict(lease[0].parts)
+    session = plan_sessions(seeded)
+    assert len(session) == 2 and all(one.fits() for one in session)
+    parts = dict(session[0].parts)
     assert "speed" not in parts and "diagnose" not in parts and not any("random" in what for what in parts)
     l1, l2 = 300 * 4 * 0.0068 + 15 / 8, 300 * 8 * 0.0068 + 15 / 8
     assert parts["12 simclr cells (6 at L = 1, 6 at L = 2)"] == pytest.approx(1.25 * (6 * l1 + 6 * l2))
@@ -541,3 +541,46 @@ def test_a_wait_that_leaves_no_time_to_pack_is_refused(wait, capsys):
     with pytest.raises(SystemExit):
         main_gpu_run(["--out", "out", "--wait", wait])
     assert f"--wait {float(wait):g}: give 0 to 510 s" in capsys.readouterr().err
+
+
+def test_the_session_terms_are_options_whose_defaults_are_the_dataclass():
+    from experiments.gpu_session.cli import parser
+
+    assert SessionTerms.from_options(parser().parse_args([])) == TERMS
+    terms = SessionTerms.from_options(parser().parse_args(["--tree-bytes", "1000", "--max-files", "3"]))
+    assert (terms.tree_bytes, terms.max_files, terms.device_seconds) == (1000, 3, TERMS.device_seconds)
+    # another call (the rehearsal's commands) gets the same terms back from the options they print
+    assert terms.as_options() == ["--max-files", "3", "--tree-bytes", "1000"]
+    assert SessionTerms.from_options(parser().parse_args(terms.as_options())) == terms
+    assert TERMS.as_options() == [] and TERMS.max_wait == TERMS.command_seconds - TERMS.pack_seconds == 510
+
+
+def test_a_session_option_changes_the_limit_that_the_plan_and_the_wait_apply(capsys):
+    from experiments.gpu_session.cli import main_gpu_run
+
+    assert main_gpu_run(["--plan"]) == 0
+    assert main_gpu_run(["--plan", "--device-seconds", "300"]) == 1  # no session of the default budget fits 255 s
+    assert "of 300" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # 200 s per command less 90 for packing leaves a wait of at most 110 s
+        main_gpu_run(["--out", "out", "--wait", "150", "--command-seconds", "200"])
+    assert "--wait 150: give 0 to 110 s; a call packs for about 90 s" in capsys.readouterr().err
+
+
+def test_a_session_option_changes_the_limits_that_packing_applies(tmp_path, capsys, monkeypatch):
+    from experiments.gpu_session import steps
+    from experiments.gpu_session.cli import main_gpu_run
+
+    checkout = _small_checkout(tmp_path / "checkout")
+    monkeypatch.setattr(steps, "checkout_root", lambda: checkout)
+    _work_with_pretrainings(tmp_path / "work")
+    pack(tmp_path / "work", tmp_path / "out", "# report\n")
+    # the carry's room is what --tree-bytes leaves beside the checkout (4 blocks) and the 1 MiB margin
+    with pytest.raises(SystemExit, match="no room to carry anything"):
+        main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(tmp_path / "c0"), "--tree-bytes", "1000000"])
+    assert main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(tmp_path / "c1")]) == 0
+    one = sorted(p.name for p in (tmp_path / "c1").glob(f"{ARCHIVE}.*"))
+    small = ["--max-file-bytes", "2000"]
+    assert main_gpu_run(["--make-carry", str(tmp_path / "out"), "--out", str(tmp_path / "c2"), *small]) == 0
+    parts = sorted((tmp_path / "c2").glob(f"{ARCHIVE}.*"))
+    assert len(parts) > len(one) and all(p.stat().st_size <= 2000 for p in parts)
+    assert returned_violations(tmp_path / "c2", SessionTerms(max_file_bytes=2000)) == []

@@ -1,5 +1,5 @@
 """
-The fine-tuning throughput a ``gpu-run`` lease reached, read from what it brought back: every cell's iterations
+The fine-tuning throughput a ``gpu-run`` session reached, read from what it brought back: every cell's iterations
 against wall time (the TensorBoard loss scalars, one every ``log_interval`` iterations, with their wall times),
 summed over all cells in fixed windows, beside the pre-trainings' iterations in the same windows.
 
@@ -7,7 +7,7 @@ It answers whether cells running at once share the GPU's time or add to it: with
 iteration each, the aggregate is ``t / n`` seconds per iteration; compared with one process's bare step
 (``speed_cuda.json``, ``finetune``) this says what running more cells at once buys.
 
-    python -m experiments.gpu_session.lease_rates RETURNED_OR_WORK \
+    python -m experiments.gpu_session.session_rates RETURNED_OR_WORK \
         --out docs/results/gpu-default_acdc/lease1_finetune_rates.csv
 
 ``RETURNED_OR_WORK``: a folder of ``run.tgz.*`` parts (unpacked into a temporary folder) or a work folder. The CSV
@@ -77,7 +77,7 @@ def _clock(seconds: float) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m experiments.gpu_session.lease_rates", description=__doc__.split("\n\n")[0]
+        prog="python -m experiments.gpu_session.session_rates", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("source", type=Path, help="a folder of run.tgz.* parts, or a gpu-run work folder")
     parser.add_argument("--out", type=Path, required=True, help="the CSV to write")

@@ -1,4 +1,4 @@
-"""experiments.gpu_session.lease_rates: the fine-tuning throughput of a session, from the cells' TensorBoard wall
+"""experiments.gpu_session.session_rates: the fine-tuning throughput of a session, from the cells' TensorBoard wall
 times."""
 
 import csv
@@ -6,7 +6,7 @@ import csv
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from experiments.gpu_session.lease_rates import aggregate, cell_rate, iteration_times, main
+from experiments.gpu_session.session_rates import aggregate, cell_rate, iteration_times, main
 
 T0 = 1_800_000_000.0  # a wall time on a 15-second boundary (1.8e9 = 15 x 1.2e8)
 
@@ -52,7 +52,7 @@ def test_main_reads_a_work_folder(tmp_path, capsys):
     assert cells == pytest.approx({"gcl_L1_d0_s0": 0.04, "random_L1_d0_s0": 0.04})
     assert "windows without pre-training: median" in capsys.readouterr().out
     assert iteration_times(tmp_path / "absent") == []
-    # the same folder as a lease returns it: one gzip-compressed tar cut into parts, read without unpacking by hand
+    # the same folder as a session returns it: one gzip-compressed tar cut into parts, read without unpacking by hand
     import tarfile
 
     returned = tmp_path / "returned"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from ignite.engine import Events
+from monai.metrics import get_confusion_matrix
 
 if TYPE_CHECKING:
     from ignite.engine import Engine
@@ -144,9 +145,8 @@ def overlap_counts(pred: torch.Tensor, label: torch.Tensor, batched: bool = Fals
         pred, label = pred[None], label[None]
     if pred.shape != label.shape:
         raise ValueError(f"pred {tuple(pred.shape)} and label {tuple(label.shape)} differ: one-hot of both expected.")
-    dims = tuple(range(2, pred.ndim))
-    tp, p, g = (pred * label).sum(dims), pred.sum(dims), label.sum(dims)
-    return list(torch.stack([tp, p, g], dim=1)[:, :, 1:].cpu())
+    tp, fp, _, fn = get_confusion_matrix(pred, label, include_background=False).unbind(-1)  # each (B, classes)
+    return list(torch.stack([tp, tp + fp, tp + fn], dim=1).cpu())
 
 
 def pooled_dice(counts: torch.Tensor) -> float | None:

@@ -22,9 +22,11 @@ import torch
 from gcl_monai.networks.gcl_net import ENCODER_PREFIXES
 from gcl_monai.utils import atomic_write
 
-__all__ = ["CARD_VERSION", "encoder_architecture", "keep_encoder", "restore_encoder", "pretrained_encoder"]
+__all__ = ["CARD_VERSION", "CARD_KEYS", "encoder_architecture", "keep_encoder", "restore_encoder", "pretrained_encoder"]
 
 CARD_VERSION = 1
+#: the card's entries that :func:`keep_encoder` writes itself
+CARD_KEYS = ("card_version", "architecture", "stored_dtype", "sha256", "weights")
 
 
 def encoder_architecture(state: Mapping[str, torch.Tensor]) -> dict[str, Any]:
@@ -52,7 +54,13 @@ def keep_encoder(encoder: str | os.PathLike, out: str | os.PathLike, **card: Any
     Writes the float32 encoder state dict of ``encoder`` (an ``encoder.pt``) to ``out`` in bfloat16, and its card to
     ``out`` with the suffix ``.json``: ``card``'s entries (recipe, seed, commit, probe Dice, dataset, terms: whatever
     the caller records) with the architecture, the stored dtype and the file's SHA-256 added. Returns the card.
+
+    Raises:
+        ValueError: ``card`` names one of :data:`CARD_KEYS`.
     """
+    taken = sorted(set(card) & set(CARD_KEYS))
+    if taken:
+        raise ValueError(f"card entries {taken} are written by keep_encoder itself.")
     state = torch.load(encoder, map_location="cpu", weights_only=True)
     out = Path(out)
     with atomic_write(out) as partial:

@@ -33,11 +33,11 @@ from typing import Any
 
 import torch
 
-from experiments.cells import STATUS_FILE, read_status
+from experiments.gpu_session.records import RECORD_SUFFIXES
+from experiments.gpu_session.remade import DISCARDED, set_aside
 from experiments.gpu_session.state import LOCK_FILE, STATE_FILE
 from experiments.gpu_session.terms import TERMS, SessionTerms
-from experiments.records import RECORD_SUFFIXES
-from experiments.remade import DISCARDED, set_aside
+from experiments.status import STATUS_FILE, read_status
 from gcl_monai.handlers import latest_checkpoint
 from gcl_monai.utils import atomic_write
 

@@ -34,7 +34,6 @@ from pathlib import Path
 
 from monai.networks.nets import BasicUNet
 
-from experiments.cells import STATUS_FILE, read_status
 from experiments.gpu_session import steps
 from experiments.gpu_session.budget import get_budget
 from experiments.gpu_session.pack import BF16_SUFFIX
@@ -42,6 +41,7 @@ from experiments.gpu_session.state import LOCK_FILE, STATE_FILE, RunState, worke
 from experiments.gpu_session.terms import MIB, TERMS, SessionTerms, returned_violations, travel_bytes
 from experiments.presets import PAPER
 from experiments.report import read_results
+from experiments.status import STATUS_FILE, read_status
 from gcl_monai.networks import ENCODER_PREFIXES
 
 __all__ = ["rehearse"]

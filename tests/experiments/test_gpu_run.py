@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.cells import write_status
 from experiments.experiment import Experiment
 from experiments.gpu_session import BUDGETS, SessionTerms, get_budget, pack, returned_violations, unpack
 from experiments.gpu_session.pack import ARCHIVE
@@ -21,6 +20,7 @@ from experiments.gpu_session.state import RunState
 from experiments.gpu_session.steps import verdict_stops
 from experiments.gpu_session.terms import TERMS, travel_bytes
 from experiments.plan import plan_cells
+from experiments.status import write_status
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 

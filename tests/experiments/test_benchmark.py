@@ -98,29 +98,19 @@ def test_methods_without_own_pretraining():
     ]
 
 
-def test_presets():
-    mini, ablation, paper = PRESETS["cpu-mini"], PRESETS["cpu-ablation"], PRESETS["paper"]
-    assert mini.methods == ("random", "simclr", "gcl", "gcl_paper") and mini.num_labeled == (1, 2)
-    assert mini.repeats == 4 and mini.seeds_per_draw == 1
-    assert mini.common == {"image_size": [128, 128], "features": [16, 32, 64, 128, 256, 16]}
-    assert mini.pretrain["optimizer_name"] == "adam"
-    assert ablation.methods == PRETRAINING_METHODS and ablation.pretrain == mini.pretrain
-    assert paper.num_labeled == (1, 2, 8) and paper.repeats == 5
-    assert paper.pretrain == {
-        "batch_size": 48,
-        "optimizer_name": "sgd",
-        "lr": 0.1,
-        "epochs": 300,
-        "temperature": 0.1,
-        "topk_ratio": 0.3,
-        "beta": 0.01,
-    }
-    assert paper.finetune == {"batch_size": 5, "lr": 1e-4, "epochs": 300, "iterations_per_epoch": None}
-    assert paper.common == {"features": [32, 64, 128, 256, 512, 32]}
+def test_preset_cuts_name_each_change_from_the_papers_protocol():
+    paper, mini, ablation = PRESETS["paper"], PRESETS["cpu-mini"], PRESETS["cpu-ablation"]
     assert preset_cuts(paper) == []
-    cuts = preset_cuts(mini)
-    assert "pretrain epochs: 20 (paper: 300)" in cuts and "repeats (labelled draws): 4 (paper: 5)" in cuts
-    assert any(c.startswith("methods: random, simclr, gcl, gcl_paper (left out:") for c in cuts)
+    cut = paper.replace(methods=("random", "gcl"), repeats=2, pretrain={"epochs": 3, "warmup_epochs": 1})
+    left_out = ", ".join(m for m in paper.methods if m not in ("random", "gcl"))
+    assert preset_cuts(cut) == [
+        f"methods: random, gcl (left out: {left_out})",
+        f"repeats (labelled draws): 2 (paper: {paper.repeats})",
+        f"pretrain epochs: 3 (paper: {paper.pretrain['epochs']})",
+        "pretrain warmup_epochs: 1 (not stated in the paper)",
+    ]
+    # the ablation runs every pre-training method with the mini preset's recipe
+    assert ablation.methods == PRETRAINING_METHODS and ablation.pretrain == mini.pretrain
 
 
 def test_preset_replace_and_iterations():
@@ -592,7 +582,7 @@ def test_rerun_with_other_settings_is_refused(tmp_path):
     with pytest.raises(ValueError, match="pretrain"):
         changed = PRESETS["cpu-mini"].replace(pretrain={"epochs": 3})
         plan.check_plan(Experiment("x", "demo", changed, results_dir=tmp_path))
-    # an override that changes no trained result (settings.IGNORED_KEYS) may come later, as in a GPU run's next lease
+    # an override that changes no trained result (settings.IGNORED_KEYS) may come later, as in a run's next GPU session
     mini = PRESETS["cpu-mini"]
     batched = mini.replace(finetune={**mini.finetune, "batched_augmentation": True})
     plan.check_plan(Experiment("x", "demo", batched, results_dir=tmp_path))
@@ -1183,7 +1173,7 @@ def test_override_values_read_as_the_bundle_command_line_reads_them():
 
 
 def test_a_new_bundle_setting_is_registered_so_that_recorded_cells_stay_valid():
-    """Cells recorded before a switch existed (e.g. a GPU run's first lease) lack its key: without an entry in
+    """Cells recorded before a switch existed (e.g. a GPU run's first GPU session) lack its key: without an entry in
     ``ADDED_LATER`` or ``IGNORED_KEYS`` every one of them would be refused as stale by the next run."""
     from experiments.settings import ADDED_LATER, IGNORED_KEYS, _literal
 

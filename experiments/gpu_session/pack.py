@@ -9,12 +9,14 @@ The output folder gets at most ``max_files`` files, none in a sub-folder:
 - ``speed_cuda.json`` (``speed_cpu.json`` in a rehearsal), once measured;
 - ``run.tgz.00``, ``run.tgz.01``, ...: one gzip-compressed tar of the work folder cut into parts of at most
   ``max_file_bytes`` (``cat run.tgz.* | tar xz`` joins them): every result, log, status and TensorBoard file, then,
-  while the terms leave room, in this order, each finished pre-training's kept encoder (bfloat16 with its card,
-  under ``encoders/``: :py:mod:`~experiments.gpu_session.kept_encoders`), its ``encoder.pt`` (float32, exact) and
+  while the terms leave room, in this order, the ``encoder.pt`` of each finished pre-training (float32, exact),
   the last checkpoint of each unfinished one (its floating-point tensors as bfloat16, half the bytes: the
-  resumed run goes on from weights and momentum rounded to bfloat16). Fine-tuned models and the data stay behind:
-  the results need neither, and a finished cell is never run again. A pre-training whose weights find no room is
-  named in ``left_behind``: a fresh machine pre-trains it again and fine-tunes its method's cells again.
+  resumed run goes on from weights and momentum rounded to bfloat16) and each finished pre-training's kept encoder
+  (bfloat16 with its card, under ``encoders/``: :py:mod:`~experiments.gpu_session.kept_encoders`; last, as the
+  next call keeps it again from the ``encoder.pt``). Fine-tuned models and the data stay behind: the results need
+  neither, and a finished cell is never run again. A pre-training whose weights find no room is named in
+  ``left_behind``: a fresh machine pre-trains it again and fine-tunes its method's cells again (a kept encoder
+  left behind is named there too, and only comes back with a later call).
 
 :py:func:`unpack` restores a work folder from such an output folder (the checkpoints back to float32).
 """
@@ -103,7 +105,7 @@ def _weights(work: Path, encoders_bf16: bool, kept_encoders: bool) -> list[tuple
             finished.append((folder / "encoder.pt", encoders_bf16))
         elif status not in ("finished", "collapsed") and (checkpoint := latest_checkpoint(folder)):
             unfinished.append((Path(checkpoint), True))
-    return kept + finished + unfinished
+    return finished + unfinished + kept
 
 
 def pack(
@@ -243,7 +245,8 @@ def unpack(returned: Path, work: Path) -> dict:
         half.unlink()
     returned_state = json.loads((returned / STATE_FILE).read_text()) if (returned / STATE_FILE).exists() else {}
     for path in returned_state.get("returned", {}).get("left_behind", []):
-        _discard_pretraining(work / Path(path).parent)
+        if Path(path).parts[0] != ENCODERS:  # a kept encoder left behind is kept again from its encoder.pt
+            _discard_pretraining(work / Path(path).parent)
     for cell in sorted(p for p in work.glob("results/*/finetune/*") if p.is_dir()):
         if read_status(cell).get("status") != "finished":  # its model, or its partial run's, stayed behind
             set_aside(cell)

@@ -95,3 +95,16 @@ def test_an_encoder_that_is_no_basic_unet_gets_no_card_and_still_comes_back(tmp_
     assert keep_encoders(work, "rehearse") == []
     assert "results/x_acdc/pretrain/simclr/encoder.pt" in pack(work, tmp_path / "out", "# report\n")["packed"]
 
+
+def test_a_kept_encoder_left_behind_for_room_costs_no_pre_training(tmp_path):
+    work = tmp_path / "work"
+    _session(work)
+    keep_encoders(work, "rehearse")
+    out = tmp_path / "out"
+    pack(work, out, "# report\n")
+    state = json.loads((out / "gpu_run.json").read_text())
+    state["returned"]["left_behind"] = [f"{ENCODERS}/gpu-rehearse_acdc/gcl_p3.pt"]
+    (out / "gpu_run.json").write_text(json.dumps(state))
+    unpack(out, tmp_path / "fresh")
+    experiment = tmp_path / "fresh" / "results" / "gpu-rehearse_acdc"
+    assert (experiment / "pretrain" / "gcl_p3" / "encoder.pt").exists() and not (experiment / "discarded").exists()

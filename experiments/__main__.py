@@ -230,10 +230,12 @@ def main_run(argv: Sequence[str]) -> int:
     if csv_path is None:
         return 0
     failed = [r for r in read_results(csv_path) if r["status"] in ("failed", "pretrain_failed")]
-    if failed:
-        reasons = sorted({r["message"] for r in failed})
+    if failed:  # why, in a few words: the message column holds each row's reason
+        reasons = sorted({r["message"][:200] for r in failed})
+        more = f" (and {len(reasons) - 3} other reasons)" if len(reasons) > 3 else ""
+        shown = "; ".join(reasons[:3]) + more
         logging.getLogger("experiments").error(
-            "%d result rows failed (%s: the message column): %s.", len(failed), csv_path, "; ".join(reasons)
+            "%d result rows failed (the message column of %s): %s.", len(failed), csv_path, shown
         )
     return 1 if failed else 0
 

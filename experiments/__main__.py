@@ -20,18 +20,23 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from experiments.bundles import default_bundle_dir
-from experiments.cells import MODEL_ELSEWHERE
 from experiments.experiment import DATASETS, Experiment
+from experiments.gpu_session import harness_commands
 from experiments.presets import METHODS, PRESETS, Preset, finetune_iteration_overrides, get_preset
 from experiments.report import BASELINES, POWER_DIFFERENCES, VALIDATION_SET, read_results, write_report
 from experiments.runner import run_experiment
 
 PROG = "python -m experiments"
+
+#: what other packages add to this command line, each a module with ``COMMANDS`` (sub-command -> main(argv)),
+#: ``add_run_options(parser)`` (options of the run) and ``run_checks(args)`` (the runner's cell checks those options
+#: choose, :py:data:`experiments.runner.CellCheck`)
+EXTENSIONS = (harness_commands,)
 
 
 def _value(text: str) -> Any:
@@ -65,9 +70,9 @@ def run_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Run the paper's protocol through the bundles: pre-train each method, fine-tune with L labelled "
         "patients over paired draws, test Dice; write results.csv, table.md and plots under RESULTS_DIR/NAME. "
-        f"Other commands: '{PROG} tsne --help', '{PROG} report --help', '{PROG} compare --help', "
-        f"'{PROG} protocol --help', '{PROG} keep --help', '{PROG} restore --help'; runs in time-limited GPU sessions: "
-        "'python -m experiments.gpu_session --help'.",
+        "Other commands: "
+        + ", ".join(f"'{PROG} {command} --help'" for command in _commands())
+        + "; runs in time-limited GPU sessions: 'python -m experiments.gpu_session --help'.",
     )
     parser.add_argument("--preset", default="cpu-mini", choices=list(PRESETS), help="protocol (default cpu-mini)")
     parser.add_argument("--data", required=True, choices=list(DATASETS), help="dataset of fine-tuning and test")
@@ -126,20 +131,6 @@ def run_parser() -> argparse.ArgumentParser:
         "draw, seed, settings, split, the same encoder) instead of fine-tuning again",
     )
     parser.add_argument(
-        "--remake-encoders",
-        action="store_true",
-        help="pre-train again a finished pre-training whose encoder is not on this machine (records restored with "
-        f"'{PROG} restore') also when no fine-tuning cell left loads it (to probe it); its new encoder must have "
-        "the bytes of the first one (the fingerprint its status kept), else the pre-training fails",
-    )
-    parser.add_argument(
-        "--set-aside-stale-cells",
-        action="store_true",
-        help="when a pre-training made again has other bytes than its first encoder, take the new encoder and move "
-        "the fine-tuning cells that loaded the first to the experiment's discarded/ (they run again) instead of "
-        "failing",
-    )
-    parser.add_argument(
         "--jobs",
         type=int,
         default=None,
@@ -154,6 +145,8 @@ def run_parser() -> argparse.ArgumentParser:
         help="devices dealt round-robin to the running cells, e.g. cuda:0 cuda:1 (instead of --device)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the plan (cells and overrides) and exit")
+    for extension in EXTENSIONS:
+        extension.add_run_options(parser)
     return parser
 
 
@@ -232,18 +225,18 @@ def main_run(argv: Sequence[str]) -> int:
         devices=args.devices,
         pretrain_from=_experiment_folders(args.results_dir, "--pretrain-from", args.pretrain_from),
         finetune_from=_experiment_folders(args.results_dir, "--finetune-from", args.finetune_from),
-        remake_encoders=args.remake_encoders,
-        set_aside_stale_cells=args.set_aside_stale_cells,
+        checks=[check for extension in EXTENSIONS for check in extension.run_checks(args)],
     )
     if csv_path is None:
         return 0
     failed = [r for r in read_results(csv_path) if r["status"] in ("failed", "pretrain_failed")]
-    elsewhere = sum(r["message"] == MODEL_ELSEWHERE for r in failed)
-    log = logging.getLogger("experiments")
-    if len(failed) > elsewhere:
-        log.error("%d result rows failed (see the message column of %s); a rerun retries them.", len(failed), csv_path)
-    if elsewhere:
-        log.error("%d result rows %s; run it there (%s).", elsewhere, MODEL_ELSEWHERE, csv_path)
+    if failed:  # why, in a few words: the message column holds each row's reason
+        reasons = sorted({r["message"][:200] for r in failed})
+        more = f" (and {len(reasons) - 3} other reasons)" if len(reasons) > 3 else ""
+        shown = "; ".join(reasons[:3]) + more
+        logging.getLogger("experiments").error(
+            "%d result rows failed (the message column of %s): %s.", len(failed), csv_path, shown
+        )
     return 1 if failed else 0
 
 
@@ -453,27 +446,16 @@ def main_control_resolved(argv: Sequence[str]) -> int:
         parser.error(str(error))
 
 
-def main_records(argv: Sequence[str], command: str) -> int:
-    from experiments import records
-
-    what = {
-        "keep": "Copy an experiment folder's records (statuses, Dice, plan, split, logs, results; no weights) to a "
-        "folder that outlives the machine (a committed one), or into one archive where the target ends in .tar.xz.",
-        "restore": "Copy kept records (a folder or a .tar.xz archive) into an experiment folder of a new machine "
-        "(which must not exist or be empty); "
-        "the same benchmark command then goes on with the cells left.",
+def _commands() -> dict[str, Callable[[Sequence[str]], int]]:
+    """The sub-commands: name -> main(argv), the extensions' after this module's own."""
+    own = {
+        "tsne": main_tsne,
+        "report": main_report,
+        "compare": main_compare,
+        "protocol": main_protocol,
+        "control-resolved": main_control_resolved,
     }
-    parser = argparse.ArgumentParser(prog=f"{PROG} {command}", description=what[command])
-    parser.add_argument("source", type=Path, help="the experiment folder" if command == "keep" else "the kept records")
-    parser.add_argument("target", type=Path)
-    args = parser.parse_args(argv)
-    copy = records.keep if command == "keep" else records.restore
-    try:
-        count = copy(args.source, args.target)
-    except (FileNotFoundError, FileExistsError) as error:
-        parser.error(str(error))
-    print(f"{command}: {count} records from {args.source} to {args.target}")
-    return 0
+    return {**own, **{name: main for extension in EXTENSIONS for name, main in extension.COMMANDS.items()}}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -481,15 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s - %(name)s - %(levelname)s - %(message)s", stream=sys.stdout
     )
-    commands = {
-        "tsne": main_tsne,
-        "report": main_report,
-        "compare": main_compare,
-        "protocol": main_protocol,
-        "control-resolved": main_control_resolved,
-        "keep": lambda rest: main_records(rest, "keep"),
-        "restore": lambda rest: main_records(rest, "restore"),
-    }
+    commands = _commands()
     if argv and argv[0] in commands:
         return commands[argv[0]](argv[1:])
     return main_run(argv)

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from experiments.cells import read_status
 from experiments.presets import ALL_LABELLED, METHODS
 from experiments.report import finished_row, markdown_table, paired_difference, read_results
 from experiments.reuse import same_split
 from experiments.settings import SETTINGS_KEY, setting_differences
+from experiments.status import read_status
 
 __all__ = ["ComparedExperiment", "comparison_report", "load_experiment", "setting_changes"]
 

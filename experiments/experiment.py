@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.bundles import default_bundle_dir
+from experiments.bundles import bundle_config, default_bundle_dir
 from experiments.presets import Preset
 
 __all__ = [
@@ -109,6 +109,10 @@ class PretrainCell:
     @property
     def label(self) -> str:
         return f"pretrain {self.name}"
+
+    def config_value(self, key: str) -> Any:
+        """The value of the config item ``key`` that the run gets: its override, else the bundle config's."""
+        return self.overrides[key] if key in self.overrides else bundle_config(self.bundle, self.config)[key]
 
 
 def pretrain_name(method: str, seed: int) -> str:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from experiments.bundles import bundle_config
-from experiments.cells import check_cell_settings, finetune_done, pretrain_done
+from experiments.done import finetune_done, pretrain_done, trained
 from experiments.experiment import (
     DATASETS,
     EXTERNAL_TEST,
@@ -28,11 +28,13 @@ from experiments.experiment import (
     pretrain_name,
 )
 from experiments.presets import ALL_LABELLED, METHODS, UnsupportedMethod, preset_cuts
-from experiments.settings import IGNORED_KEYS
+from experiments.settings import IGNORED_KEYS, PRETRAIN_SETTINGS_KEY, SETTINGS_KEY, recorded_changes
+from experiments.status import read_status
 
 __all__ = [
     "PLAN_FILE",
     "Plan",
+    "check_cell_settings",
     "check_plan",
     "describe",
     "execution_order",
@@ -83,7 +85,7 @@ def plan_experiment(experiment: Experiment, check: bool = True) -> Plan:
     Args:
         experiment: the experiment.
         check: refuse a folder that ran other settings (its ``plan.json``: :py:func:`check_plan`; a cell on disk:
-            :py:func:`~experiments.cells.check_cell_settings`), and describe every cell the folder holds in
+            :py:func:`check_cell_settings`), and describe every cell the folder holds in
             ``results_cells`` and ``record`` (:py:func:`whole_experiment`); False (a dry run): nothing is checked and
             both hold this run's cells only.
 
@@ -365,6 +367,47 @@ def check_plan(experiment: Experiment) -> None:
                 f"{path}: preset {key} was {stored['preset'].get(key)!r}, now {value!r}; results of different settings "
                 "must not be mixed: use another --name."
             )
+
+
+def check_cell_settings(cells: Sequence[PretrainCell | FinetuneCell]) -> int:
+    """
+    Refuses to go on when a cell that a rerun would take as done (or resume) ran with other settings than the plan
+    gives it today (:py:mod:`experiments.settings`): a pre-training with a status file, a fine-tuning that
+    finished training (its own settings, and those of the pre-training whose encoder it loaded, when recorded).
+
+    Raises:
+        ValueError: naming every such cell, the keys that differ with both values, and what to do.
+
+    Returns:
+        the number of such cells that ran before settings were recorded (not checked; logged as a warning).
+    """
+    stale, unrecorded = [], 0
+    for cell in cells:
+        status = read_status(cell.folder)
+        if isinstance(cell, FinetuneCell) and not trained(status):
+            continue  # trained again by the run
+        if not status:
+            continue
+        if SETTINGS_KEY not in status:
+            unrecorded += 1
+            continue
+        whose = {SETTINGS_KEY: "", PRETRAIN_SETTINGS_KEY: "its pre-training's "}
+        changes = [
+            f"{whose[record]}{k} was {was!r}, now {now!r}"
+            for record, items in recorded_changes(status, cell).items()
+            for k, was, now in items
+        ]
+        if changes:
+            stale.append(f"{cell.label} ({cell.folder}): {', '.join(changes)}")
+    if stale:
+        raise ValueError(
+            "These cells ran with other settings than this plan gives them, and a rerun would take them as done: "
+            + "; ".join(stale)
+            + ". Delete their folders to run them again with today's settings, or use another --name."
+        )
+    if unrecorded:
+        logger.warning("%d cells ran before their settings were recorded: taken as done without a check.", unrecorded)
+    return unrecorded
 
 
 def whole_experiment(experiment: Experiment) -> Experiment:

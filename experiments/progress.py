@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from experiments.cells import read_status
 from experiments.experiment import FinetuneCell, PretrainCell
+from experiments.status import read_status
 
 __all__ = ["Progress", "hms", "recorded_seconds"]
 

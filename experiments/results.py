@@ -8,16 +8,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from experiments.cells import (
-    MODEL_ELSEWHERE,
-    finetune_done,
-    labelled_subset,
-    last_validation_dice,
-    model_elsewhere,
-    read_status,
-)
+from experiments.cells import labelled_subset, last_validation_dice
+from experiments.done import finetune_done
 from experiments.experiment import FinetuneCell
 from experiments.report import VALIDATION_SET
+from experiments.status import read_status
 from gcl_monai.utils import atomic_write
 
 __all__ = ["VARIANTS", "collect_rows", "labelled_patients", "write_csv"]
@@ -44,9 +39,10 @@ def collect_rows(finetune: list[FinetuneCell]) -> list[dict[str, Any]]:
     """
     One row per fine-tuning run and test set found on disk, with ``status``: ``ok`` (with its Dice), ``collapsed``
     (the pre-training collapsed, so it was never fine-tuned: Dice NaN), ``pretrain_failed`` or ``failed`` (Dice
-    NaN). Cells not run yet have no row. Each trained run also gets a row whose ``test_set`` is
-    :py:data:`VALIDATION_SET`, with its last validation Dice (no per-class values), when it logged one: recorded
-    in the cell's status when its training finished, read from its scalars for cells trained before that record.
+    NaN; ``message`` that of the pre-training's status, else the cell's). Cells not run yet have no row. Each
+    trained run also gets a row whose ``test_set`` is :py:data:`VALIDATION_SET`, with its last validation Dice (no
+    per-class values), when it logged one: recorded in the cell's status when its training finished, read from its
+    scalars for cells trained before that record.
     """
     num_val: dict[Path, int | str] = {}  # validation volumes of each split file, read once
     rows = []
@@ -62,7 +58,6 @@ def collect_rows(finetune: list[FinetuneCell]) -> list[dict[str, Any]]:
             dice_file = cell.dice_file(test_set)
             summary = json.loads(dice_file.read_text()) if dice_file.exists() and pre_status is None else {}
             status = pre_status or ("ok" if summary else "failed")
-            reason = message or (MODEL_ELSEWHERE if status == "failed" and model_elsewhere(cell) else "")
             row = {
                 "dataset": cell.dataset,
                 "pretrain_dataset": cell.pretrain_dataset or "none",
@@ -87,7 +82,7 @@ def collect_rows(finetune: list[FinetuneCell]) -> list[dict[str, Any]]:
                 "pretrain_final_std": pre.get("final_std", ""),
                 "preset": cell.preset,
                 "run_dir": str(cell.folder),
-                "message": reason if status != "ok" else "",
+                "message": message if status != "ok" else "",
             }
             rows.append(row)
         if pre_status is None and cell_status.get("trained"):

@@ -9,7 +9,7 @@ the same bundle config and overrides (apart from the experiment's own folders an
 recorded when it ran (:py:mod:`experiments.settings`; a run from before that record is compared on its
 overrides only, with a warning) and the same patients in every part of the split; a fine-tuning cell also the same
 labelled draw and seed (its folder name) and the same encoder, byte for byte, as the one this experiment's cells of
-that method load (their fingerprints, :py:func:`~experiments.cells.encoder_hash`). Its folder is linked
+that method load (their fingerprints, :py:func:`~experiments.fingerprints.encoder_hash`). Its folder is linked
 (or copied) into this experiment and its ``benchmark.json`` records where it came from.
 """
 
@@ -23,15 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from experiments.cells import (
-    ENCODER_HASH_KEY,
-    encoder_hash,
-    pretrain_done,
-    read_status,
-    trained,
-    write_status,
-)
+from experiments.done import pretrain_done, trained
 from experiments.experiment import FinetuneCell, PretrainCell
+from experiments.fingerprints import ENCODER_HASH_KEY, encoder_hash
 from experiments.presets import METHODS
 from experiments.settings import (
     IGNORED_KEYS,
@@ -40,6 +34,7 @@ from experiments.settings import (
     changed_settings,
     recorded_changes,
 )
+from experiments.status import read_status, write_status
 from gcl_monai.utils import atomic_write
 
 __all__ = [
@@ -175,7 +170,7 @@ def _legacy_finetune_settings(cell: FinetuneCell, source: Path) -> dict[str, Any
 def _fingerprint(pretraining: Path) -> str | None:
     """
     The fingerprint of a pre-training's encoder: of its ``encoder.pt`` when here, else the one its status recorded
-    (its records restored from another machine, :py:mod:`experiments.records`); None without either.
+    (its records restored from another machine, :py:mod:`experiments.gpu_session.records`); None without either.
     """
     encoder = pretraining / "encoder.pt"
     return encoder_hash(encoder) if encoder.exists() else read_status(pretraining).get(ENCODER_HASH_KEY)

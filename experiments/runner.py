@@ -18,43 +18,39 @@ An experiment lives in ``<results_dir>/<name>/``:
 Every cell is a ``monai.bundle.run`` of ``pretrain.json``, ``train.json`` or ``evaluate.json`` with overrides; a
 finished cell is skipped by a rerun and an interrupted pre-training resumes from its last checkpoint; a cell on disk
 that ran with other settings than the plan gives it stops the run before anything starts
-(:py:func:`experiments.cells.check_cell_settings`); cells set aside (:py:mod:`experiments.remade`)
-go to ``discarded/``. With ``jobs`` > 1 the cells run in worker processes, a fine-tuning cell once its
-pre-training is done.
+(:py:func:`experiments.plan.check_cell_settings`). Checks given by the caller (:py:data:`CellCheck`) may keep a
+cell from running, or log what they did to its folder. With ``jobs`` > 1 the cells run in worker processes, a
+fine-tuning cell once its pre-training is done.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from experiments.bundles import parse_bundle_item
-from experiments.cells import (
-    MODEL_ELSEWHERE,
-    REMADE_HASH_KEY,
-    encoder_elsewhere,
-    finetune_done,
-    forget_encoder_hash,
-    model_elsewhere,
-    pretrain_done,
-    read_status,
-    record_encoder_hash,
-    trained,
-)
+from experiments.done import finetune_done, pretrain_done
 from experiments.experiment import Experiment, FinetuneCell, PretrainCell
+from experiments.fingerprints import record_encoder_hash
 from experiments.plan import PLAN_FILE, describe, plan_experiment
 from experiments.progress import Progress, hms
-from experiments.remade import loads, replace_encoder
 from experiments.report import write_report
 from experiments.results import collect_rows, write_csv
 from experiments.reuse import import_finetuning, import_pretraining
 from experiments.scheduler import run_cells
+from experiments.status import read_status
 
-__all__ = ["run_experiment"]
+__all__ = ["CellCheck", "run_experiment"]
 
 logger = logging.getLogger("experiments")
+
+Cell = PretrainCell | FinetuneCell
+#: a check of one cell, called with the cell and the experiment's fine-tuning cells (those of ``results.csv``) before
+#: the run takes the cell and again once it ran: None when it has nothing to say, else what to log of the cell and
+#: whether the cell (still) runs
+CellCheck = Callable[[Cell, Sequence[FinetuneCell]], tuple[str, bool] | None]
 
 
 def run_experiment(
@@ -64,8 +60,7 @@ def run_experiment(
     finetune_from: Sequence[Path] = (),
     jobs: int = 1,
     devices: Sequence[str] = (),
-    remake_encoders: bool = False,
-    set_aside_stale_cells: bool = False,
+    checks: Sequence[CellCheck] = (),
 ) -> Path | None:
     """
     Runs every cell not finished yet, then writes ``results.csv``, ``table.md`` and the plots.
@@ -80,12 +75,8 @@ def run_experiment(
         jobs: cells running at once (:py:mod:`experiments.scheduler`): one runs them in this process in
             the plan's order; more run each in a worker process, a fine-tuning cell once its pre-training is done.
         devices: devices dealt round-robin to the ``jobs`` workers' cells (empty: the preset's device).
-        remake_encoders: make again the encoder of a finished pre-training whose weights are not on this machine
-            (its records restored, :py:mod:`experiments.records`) even when no fine-tuning cell left needs it
-            (e.g. to probe it); by default only a pre-training that a cell still to train loads runs again.
-        set_aside_stale_cells: when such a pre-training makes an encoder with other bytes than the first (by
-            default a failure), take the new one and set aside the cells that loaded the first, which then run
-            again (:py:mod:`experiments.remade`).
+        checks: the caller's checks of each cell (:py:data:`CellCheck`), in this order, before any other rule
+            takes, skips or starts the cell, and after it ran.
 
     Returns:
         the path of ``results.csv`` (None for a dry run).
@@ -103,19 +94,19 @@ def run_experiment(
     with Progress(plan.cells, plan.folder / "progress.log", jobs=jobs) as progress:
         logger.info("%s", "\n".join(plan.header))
 
-        def take_remade(index: int, cell: PretrainCell | FinetuneCell) -> bool:
-            """With ``set_aside_stale_cells``, takes an encoder made again with other bytes; True when taken."""
-            status = read_status(cell.folder) if isinstance(cell, PretrainCell) else {}
-            if not (set_aside_stale_cells and status.get("status") == "failed" and REMADE_HASH_KEY in status):
-                return False
-            moved = replace_encoder(cell, plan.results_cells)
-            names = ", ".join(p.name for p in moved) or "none"
-            progress.log(index, cell, f"made again with other bytes: the new encoder taken; set aside: {names}")
-            return True
+        def checked(index: int, cell: Cell) -> bool:
+            """Runs the checks on ``cell`` and logs what they say; True when one of them keeps it from running."""
+            for check in checks:
+                if (said := check(cell, plan.results_cells)) is not None:
+                    message, runs = said
+                    progress.log(index, cell, message)
+                    if not runs:
+                        return True
+            return False
 
-        def prepare(index: int, cell: PretrainCell | FinetuneCell) -> bool:
+        def prepare(index: int, cell: Cell) -> bool:
             """Takes, skips or starts a cell whose pre-training is done; True when it is to run."""
-            if take_remade(index, cell):
+            if checked(index, cell):
                 return False
             if isinstance(cell, PretrainCell) and (taken := import_pretraining(cell, list(pretrain_from))):
                 progress.add_recorded(cell)
@@ -130,24 +121,8 @@ def run_experiment(
                 record_encoder_hash(cell)
                 progress.log(index, cell, f"already {read_status(cell.folder)['status']}, skipped")
                 return False
-            if isinstance(cell, PretrainCell) and encoder_elsewhere(cell):
-                trained_loading = [trained(read_status(c.folder)) for c in plan.results_cells if loads(c, cell)]
-                if not remake_encoders and all(trained_loading):
-                    message = (
-                        "finished on another machine, its encoder not here; no cell left to train loads it: "
-                        "not made again"
-                    )
-                    progress.log(index, cell, f"{message} (--remake-encoders makes it)")
-                    return False
-                if not any(trained_loading):
-                    forget_encoder_hash(cell)
-                    progress.log(index, cell, "its encoder stayed on another machine and no cell trained with it: new")
             if isinstance(cell, FinetuneCell) and finetune_done(cell):
                 progress.log(index, cell, "already finished, skipped")
-                return False
-            if isinstance(cell, FinetuneCell) and model_elsewhere(cell):
-                left = ", ".join(t for t in cell.eval_overrides if not cell.dice_file(t).exists())
-                progress.log(index, cell, f"{left}: {MODEL_ELSEWHERE}")
                 return False
             if isinstance(cell, FinetuneCell) and cell.pretrain is not None:
                 pre = read_status(cell.pretrain.folder).get("status")
@@ -157,11 +132,11 @@ def run_experiment(
             progress.log(index, cell, "starting", started=True)
             return True
 
-        def finish(index: int, cell: PretrainCell | FinetuneCell, outcome: str, seconds: float) -> None:
+        def finish(index: int, cell: Cell, outcome: str, seconds: float) -> None:
             if outcome == "finished":
                 progress.add(cell, seconds)
             progress.log(index, cell, f"{outcome} in {hms(seconds)}")
-            take_remade(index, cell)
+            checked(index, cell)
             write_csv(collect_rows(plan.results_cells), csv_path)
 
         run_cells(plan.cells, prepare, finish, jobs=jobs, devices=devices)

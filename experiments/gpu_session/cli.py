@@ -23,6 +23,7 @@ from pathlib import Path
 
 from experiments.gpu_session import steps
 from experiments.gpu_session.budget import BUDGETS, get_budget
+from experiments.gpu_session.kept_encoders import keep_encoders
 from experiments.gpu_session.pack import ARCHIVE, REPORT, collect, pack, repack, unpack
 from experiments.gpu_session.sessions import format_plan, plan_sessions
 from experiments.gpu_session.state import RunState, worker_running
@@ -94,7 +95,8 @@ def parser(prog: str = "python -m experiments.gpu_session") -> argparse.Argument
         default=None,
         metavar="RETURNED",
         help="do not run: copy the results of what a call brought back (RETURNED) into --out, as docs/results keeps "
-        "an experiment (results.csv, table.md, report.md, the speed JSON, the diagnosis; no weights)",
+        "an experiment (results.csv, table.md, report.md, the speed JSON, the diagnosis, and the pre-trained "
+        "encoders as bfloat16 cards in encoders/; no other weights)",
     )
     p.add_argument(
         "--make-carry",
@@ -261,6 +263,7 @@ def main_gpu_run(argv: Sequence[str]) -> int:
     folder = steps.experiment(args.work, budget, data).folder
     speed = steps.speed_file(args.work, budget)
     report = run_report(args.work, speed, folder, budget.pretrain.get("epochs"), preset_cuts(budget.preset()))
+    keep_encoders(args.work, args.budget, steps.checkout_root())
     manifest = pack(args.work, args.out, report, [speed] if speed.exists() else [], terms=terms)
     current = state.read()
     print(f"gpu-run ({args.budget}): " + ", ".join(f"{n} {s['status']}" for n, s in current["steps"].items()))

@@ -254,9 +254,9 @@ def finetune_patients_of(returned: Path, data_root: Path) -> list[str]:
         SystemExit: a pre-training of the run is not finished with its encoder brought back (it would need every
             pre-training patient).
     """
-    from experiments.cells import read_status
     from experiments.gpu_session import get_budget, unpack
     from experiments.gpu_session.steps import finetune_patients
+    from experiments.status import read_status
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"

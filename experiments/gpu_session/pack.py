@@ -9,11 +9,14 @@ The output folder gets at most ``max_files`` files, none in a sub-folder:
 - ``speed_cuda.json`` (``speed_cpu.json`` in a rehearsal), once measured;
 - ``run.tgz.00``, ``run.tgz.01``, ...: one gzip-compressed tar of the work folder cut into parts of at most
   ``max_file_bytes`` (``cat run.tgz.* | tar xz`` joins them): every result, log, status and TensorBoard file, then,
-  while the terms leave room, in this order, the ``encoder.pt`` of each finished pre-training (float32, exact) and
+  while the terms leave room, in this order, the ``encoder.pt`` of each finished pre-training (float32, exact),
   the last checkpoint of each unfinished one (its floating-point tensors as bfloat16, half the bytes: the
-  resumed run goes on from weights and momentum rounded to bfloat16). Fine-tuned models and the data stay behind:
-  the results need neither, and a finished cell is never run again. A pre-training whose weights find no room is
-  named in ``left_behind``: a fresh machine pre-trains it again and fine-tunes its method's cells again.
+  resumed run goes on from weights and momentum rounded to bfloat16) and each finished pre-training's kept encoder
+  (bfloat16 with its card, under ``encoders/``: :py:mod:`~experiments.gpu_session.kept_encoders`; last, as the
+  next call keeps it again from the ``encoder.pt``). Fine-tuned models and the data stay behind: the results need
+  neither, and a finished cell is never run again. A pre-training whose weights find no room is named in
+  ``left_behind``: a fresh machine pre-trains it again and fine-tunes its method's cells again (a kept encoder
+  left behind is named there too, and only comes back with a later call).
 
 :py:func:`unpack` restores a work folder from such an output folder (the checkpoints back to float32).
 """
@@ -33,11 +36,12 @@ from typing import Any
 
 import torch
 
-from experiments.cells import STATUS_FILE, read_status
+from experiments.gpu_session.kept_encoders import ENCODERS, collect_encoders
+from experiments.gpu_session.records import RECORD_SUFFIXES
+from experiments.gpu_session.remade import DISCARDED, set_aside
 from experiments.gpu_session.state import LOCK_FILE, STATE_FILE
 from experiments.gpu_session.terms import TERMS, SessionTerms
-from experiments.records import RECORD_SUFFIXES
-from experiments.remade import DISCARDED, set_aside
+from experiments.status import STATUS_FILE, read_status
 from gcl_monai.handlers import latest_checkpoint
 from gcl_monai.utils import atomic_write
 
@@ -76,10 +80,11 @@ def _cast(value: Any, source: torch.dtype, target: torch.dtype) -> Any:
     return value
 
 
-def _small_files(work: Path) -> Iterable[Path]:
+def _small_files(work: Path, kept_encoders: bool) -> Iterable[Path]:
+    left_out = _LEFT_OUT_DIRS if kept_encoders else (*_LEFT_OUT_DIRS, ENCODERS)
     for path in sorted(work.rglob("*")):
         relative = path.relative_to(work)
-        if not path.is_file() or relative.parts[0] in _LEFT_OUT_DIRS:
+        if not path.is_file() or relative.parts[0] in left_out:
             continue
         if path.suffix in (".pt", ".pth", ".tmp") or path.name == LOCK_FILE:
             continue
@@ -90,8 +95,9 @@ def _pretrain_folders(work: Path) -> list[Path]:
     return sorted(p.parent for p in work.glob(f"results/*/pretrain/*/{STATUS_FILE}"))
 
 
-def _weights(work: Path, encoders_bf16: bool) -> list[tuple[Path, bool]]:
+def _weights(work: Path, encoders_bf16: bool, kept_encoders: bool) -> list[tuple[Path, bool]]:
     """The weights worth bringing back, most useful first: (path, store as bfloat16)."""
+    kept = [(path, False) for path in sorted(work.glob(f"{ENCODERS}/*/*.pt"))] if kept_encoders else []
     finished, unfinished = [], []
     for folder in _pretrain_folders(work):
         status = read_status(folder).get("status")
@@ -99,7 +105,7 @@ def _weights(work: Path, encoders_bf16: bool) -> list[tuple[Path, bool]]:
             finished.append((folder / "encoder.pt", encoders_bf16))
         elif status not in ("finished", "collapsed") and (checkpoint := latest_checkpoint(folder)):
             unfinished.append((Path(checkpoint), True))
-    return finished + unfinished
+    return finished + unfinished + kept
 
 
 def pack(
@@ -109,6 +115,7 @@ def pack(
     extra: Iterable[Path] = (),
     terms: SessionTerms = TERMS,
     encoders_bf16: bool = False,
+    kept_encoders: bool = True,
 ) -> dict:
     """
     Writes what comes back into ``out`` (see the module's description).
@@ -121,6 +128,7 @@ def pack(
         terms: the limits the returned files keep.
         encoders_bf16: store the finished encoders' tensors as bfloat16 too (half the bytes: a carry to the next
             session, :py:func:`repack`); else in float32, exact.
+        kept_encoders: bring back the kept encoders (``encoders/``); the carry to the next session leaves them out.
 
     Returns:
         the manifest written into ``gpu_run.json``: ``packed`` and ``left_behind`` (paths relative to ``work``),
@@ -139,7 +147,7 @@ def pack(
     reserved = sum(p.stat().st_size for p in fixed) + (64 << 10)
     max_parts = terms.max_files - len(fixed) - 1
     room = min(terms.max_total_bytes - reserved, max_parts * terms.max_file_bytes) / _FRAMING
-    small = list(_small_files(work))
+    small = list(_small_files(work, kept_encoders))
     packed, left_behind = [str(p.relative_to(work)) for p in small], []
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / ARCHIVE
@@ -149,7 +157,7 @@ def pack(
                     tar.add(path, arcname=str(path.relative_to(work)))
                 except FileNotFoundError:  # replaced or removed by the running worker since it was listed
                     packed.remove(str(path.relative_to(work)))
-            for path, half in _weights(work, encoders_bf16):
+            for path, half in _weights(work, encoders_bf16, kept_encoders):
                 relative = str(path.relative_to(work))
                 try:
                     if half:
@@ -237,7 +245,8 @@ def unpack(returned: Path, work: Path) -> dict:
         half.unlink()
     returned_state = json.loads((returned / STATE_FILE).read_text()) if (returned / STATE_FILE).exists() else {}
     for path in returned_state.get("returned", {}).get("left_behind", []):
-        _discard_pretraining(work / Path(path).parent)
+        if Path(path).parts[0] != ENCODERS:  # a kept encoder left behind is kept again from its encoder.pt
+            _discard_pretraining(work / Path(path).parent)
     for cell in sorted(p for p in work.glob("results/*/finetune/*") if p.is_dir()):
         if read_status(cell).get("status") != "finished":  # its model, or its partial run's, stayed behind
             set_aside(cell)
@@ -280,7 +289,8 @@ def collect(returned: Path, into: Path) -> list[Path]:
     """
     The results of what a ``gpu-run`` call brought back, as docs/results keeps an experiment: the comparison's
     :py:data:`COLLECTED` files, ``report.md``, ``gpu_run.json``, the speed JSON and the diagnosis' ``report.md``
-    (as ``diagnosis.md``) copied into ``into``; no weights. The device's checkout (the parent of the experiment's
+    (as ``diagnosis.md``) copied into ``into``, and the kept encoders (bfloat16 with their cards) into
+    ``into/encoders/``; no other weights. The device's checkout (the parent of the experiment's
     ``bundle_dir`` in its ``plan.json``) is written as paths relative to the repository in the text files.
 
     Returns:
@@ -312,6 +322,7 @@ def collect(returned: Path, into: Path) -> list[Path]:
                     data = data.replace(f"{checkout}/".encode(), b"")
             target.write_bytes(data)
             written.append(target)
+        written += collect_encoders(work, into)
     return written
 
 
@@ -334,7 +345,8 @@ def repack(returned: Path, out: Path, max_bytes: int, terms: SessionTerms = TERM
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "work"
         unpack(returned, work)
-        left_behind = pack(work, Path(tmp) / "trial", report, speed, terms=terms, encoders_bf16=True)["left_behind"]
+        trial = pack(work, Path(tmp) / "trial", report, speed, terms=terms, encoders_bf16=True, kept_encoders=False)
+        left_behind = trial["left_behind"]
         # what the fresh machine would set aside travels not at all: the pre-trainings left behind, their cells
         for path in left_behind:
             _discard_pretraining(work / Path(path).parent)
@@ -342,7 +354,7 @@ def repack(returned: Path, out: Path, max_bytes: int, terms: SessionTerms = TERM
             shutil.rmtree(folder)
         if out.exists():
             shutil.rmtree(out)
-        manifest = pack(work, out, report, speed, terms=terms, encoders_bf16=True)
+        manifest = pack(work, out, report, speed, terms=terms, encoders_bf16=True, kept_encoders=False)
     manifest["left_behind"] = sorted(set(manifest["left_behind"]) | set(left_behind))
     state = json.loads((out / STATE_FILE).read_text())
     (out / STATE_FILE).write_text(json.dumps({**state, "returned": manifest}, indent=1))

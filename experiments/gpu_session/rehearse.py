@@ -34,14 +34,15 @@ from pathlib import Path
 
 from monai.networks.nets import BasicUNet
 
-from experiments.cells import STATUS_FILE, read_status
 from experiments.gpu_session import steps
 from experiments.gpu_session.budget import get_budget
+from experiments.gpu_session.kept_encoders import ENCODERS
 from experiments.gpu_session.pack import BF16_SUFFIX
 from experiments.gpu_session.state import LOCK_FILE, STATE_FILE, RunState, worker_running
 from experiments.gpu_session.terms import MIB, TERMS, SessionTerms, returned_violations, travel_bytes
 from experiments.presets import PAPER
 from experiments.report import read_results
+from experiments.status import STATUS_FILE, read_status
 from gcl_monai.networks import ENCODER_PREFIXES
 
 __all__ = ["rehearse"]
@@ -304,5 +305,14 @@ def rehearse(out: Path, data_root: str | None = None, terms: SessionTerms = TERM
         and not pretrained_again
         and all((machine_b / p[: -len(BF16_SUFFIX)]).exists() for p in travelled),
         f"carried: {', '.join(travelled) or 'none'}; pre-trained again: {', '.join(pretrained_again) or 'none'}",
+    )
+    final = run.out / ("command-3" if calls == 1 else f"command-3.{calls}")
+    collected = run.out / "collected"
+    code = run.helper("collect", ["experiments.gpu_session", "--collect", str(final), "--out", str(collected)])
+    cards = sorted(p.name for p in (collected / ENCODERS).glob("*.json"))
+    run.check(
+        "the pre-trained encoders come back as kept encoder cards, collected into encoders/",
+        code == 0 and cards == ["gcl.json", "simclr.json"] and (collected / ENCODERS / "gcl.pt").is_file(),
+        f"exit code {code}; cards: {', '.join(cards) or 'none'}",
     )
     return 0 if run.write() else 1

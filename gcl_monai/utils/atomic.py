@@ -24,7 +24,7 @@ def atomic_write(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path
         path: the file (or a folder that does not exist yet) to write.
         suffix: how the partial name ends, ``.NAME.PID`` + ``suffix``: the process id keeps runs that write the same
             path at once apart; the default ``.tmp`` is the ending that the records and the GPU pack leave out
-            (:mod:`experiments.records`, :mod:`experiments.gpu_session.pack`). A writer that picks its
+            (:mod:`experiments.gpu_session.records`, :mod:`experiments.gpu_session.pack`). A writer that picks its
             format by the name (SimpleITK) is given the real extension instead, e.g. ``".nii.gz"``.
     """
     path = Path(path)

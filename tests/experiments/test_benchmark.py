@@ -16,8 +16,12 @@ from monai.bundle import ConfigWorkflow
 
 from experiments import cells, plan, results
 from experiments.__main__ import main
+from experiments.bundles import parse_bundle_item
 from experiments.cells import tensorboard_collapse
+from experiments.done import finetune_done, pretrain_done
 from experiments.experiment import Experiment, PretrainCell
+from experiments.fingerprints import ENCODER_HASH_KEY, encoder_hash
+from experiments.gpu_session.elsewhere import MODEL_ELSEWHERE
 from experiments.paper_results import paper_dice
 from experiments.plan import plan_cells
 from experiments.presets import (
@@ -39,6 +43,7 @@ from experiments.report import (
     read_results,
     write_report,
 )
+from experiments.status import read_status, write_status
 from gcl_monai.handlers import RepresentationCollapse
 
 ACDC_META = ["patient_id", "slice_quantile", "organ_state"]
@@ -93,29 +98,19 @@ def test_methods_without_own_pretraining():
     ]
 
 
-def test_presets():
-    mini, ablation, paper = PRESETS["cpu-mini"], PRESETS["cpu-ablation"], PRESETS["paper"]
-    assert mini.methods == ("random", "simclr", "gcl", "gcl_paper") and mini.num_labeled == (1, 2)
-    assert mini.repeats == 4 and mini.seeds_per_draw == 1
-    assert mini.common == {"image_size": [128, 128], "features": [16, 32, 64, 128, 256, 16]}
-    assert mini.pretrain["optimizer_name"] == "adam"
-    assert ablation.methods == PRETRAINING_METHODS and ablation.pretrain == mini.pretrain
-    assert paper.num_labeled == (1, 2, 8) and paper.repeats == 5
-    assert paper.pretrain == {
-        "batch_size": 48,
-        "optimizer_name": "sgd",
-        "lr": 0.1,
-        "epochs": 300,
-        "temperature": 0.1,
-        "topk_ratio": 0.3,
-        "beta": 0.01,
-    }
-    assert paper.finetune == {"batch_size": 5, "lr": 1e-4, "epochs": 300, "iterations_per_epoch": None}
-    assert paper.common == {"features": [32, 64, 128, 256, 512, 32]}
+def test_preset_cuts_name_each_change_from_the_papers_protocol():
+    paper, mini, ablation = PRESETS["paper"], PRESETS["cpu-mini"], PRESETS["cpu-ablation"]
     assert preset_cuts(paper) == []
-    cuts = preset_cuts(mini)
-    assert "pretrain epochs: 20 (paper: 300)" in cuts and "repeats (labelled draws): 4 (paper: 5)" in cuts
-    assert any(c.startswith("methods: random, simclr, gcl, gcl_paper (left out:") for c in cuts)
+    cut = paper.replace(methods=("random", "gcl"), repeats=2, pretrain={"epochs": 3, "warmup_epochs": 1})
+    left_out = ", ".join(m for m in paper.methods if m not in ("random", "gcl"))
+    assert preset_cuts(cut) == [
+        f"methods: random, gcl (left out: {left_out})",
+        f"repeats (labelled draws): 2 (paper: {paper.repeats})",
+        f"pretrain epochs: 3 (paper: {paper.pretrain['epochs']})",
+        "pretrain warmup_epochs: 1 (not stated in the paper)",
+    ]
+    # the ablation runs every pre-training method with the mini preset's recipe
+    assert ablation.methods == PRETRAINING_METHODS and ablation.pretrain == mini.pretrain
 
 
 def test_preset_replace_and_iterations():
@@ -230,7 +225,7 @@ def test_fully_supervised_cell_labels_every_training_patient(tmp_path):
     preset = PRESETS["cpu-semi"].replace(methods=("fully_supervised",), repeats=1)
     experiment = Experiment("fs", "demo", preset, results_dir=tmp_path)
     _, (cell,) = plan_cells(experiment)
-    split = cells.parse_bundle_item(cell.bundle, "train", "split", cell.train_overrides)
+    split = parse_bundle_item(cell.bundle, "train", "split", cell.train_overrides)
     labelled = {d["patient_id"] for d in cells.labelled_subset(cell)}
     assert labelled == {d["patient_id"] for d in split["pretrain"] + split["train"]} and len(labelled) > 2
 
@@ -247,7 +242,7 @@ def test_supervised_encoder_reference_is_a_train_json_pretraining(tmp_path):
     assert pretrain.overrides["labeled"] == "$@split['pretrain'] + @split['train']"
     for key, value in preset.finetune.items():  # the fully supervised row's training
         assert pretrain.overrides[key] == value
-    assert cells._config_value(pretrain, "epochs") == preset.finetune["epochs"]
+    assert pretrain.config_value("epochs") == preset.finetune["epochs"]
     reference = [c for c in finetune if c.method == "supervised_encoder"]
     assert [(c.num_labeled, c.draw) for c in reference] == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert all(c.pretrain is pretrain and c.train_overrides["init"] == "supervised_encoder" for c in reference)
@@ -440,7 +435,7 @@ def test_validation_rows_hold_the_last_validation_dice(tmp_path, monkeypatch):
         cell.dice_file("test").write_text(
             json.dumps({"dice": dice, "dice_per_class": {"rv": dice}, "num_volumes": 4, **variants})
         )
-        cells.write_status(cell.folder, {"status": "finished", "trained": True})
+        write_status(cell.folder, {"status": "finished", "trained": True})
     with SummaryWriter(str(logged.folder / "tensorboard")) as writer:
         for epoch, value in ((1, 0.2), (2, 0.5), (3, 0.4)):
             writer.add_scalar("val_mean_dice", value, epoch)
@@ -551,7 +546,7 @@ def test_collapse_is_reported_and_never_fine_tuned(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cells, "run_bundle", collapse)
     assert cells.run_pretrain(pretrain[0]) == "collapsed"
-    assert cells.pretrain_done(pretrain[0])  # a collapse is final: a rerun does not retry it
+    assert pretrain_done(pretrain[0])  # a collapse is final: a rerun does not retry it
     monkeypatch.setattr(results, "labelled_patients", lambda cell: "")
     rows = results.collect_rows(finetune)
     assert [(r["method"], r["status"], math.isnan(r["dice"])) for r in rows] == [("simclr", "collapsed", True)]
@@ -572,8 +567,8 @@ def test_interrupted_finetuning_is_retrained_not_evaluated(tmp_path, monkeypatch
     (models / "model.pt").write_bytes(b"written by a run that was killed")
     cells.run_finetune(cell)
     assert calls == ["train", "evaluate"]
-    assert cells.read_status(cell.folder)["trained"]
-    assert math.isnan(cells.read_status(cell.folder)["val_dice"])  # recorded once; this run logged no validation
+    assert read_status(cell.folder)["trained"]
+    assert math.isnan(read_status(cell.folder)["val_dice"])  # recorded once; this run logged no validation
     calls.clear()
     cells.run_finetune(cell)  # trained, but its dice.json was never written: evaluates only
     assert calls == ["evaluate"]
@@ -587,7 +582,7 @@ def test_rerun_with_other_settings_is_refused(tmp_path):
     with pytest.raises(ValueError, match="pretrain"):
         changed = PRESETS["cpu-mini"].replace(pretrain={"epochs": 3})
         plan.check_plan(Experiment("x", "demo", changed, results_dir=tmp_path))
-    # an override that changes no trained result (settings.IGNORED_KEYS) may come later, as in a GPU run's next lease
+    # an override that changes no trained result (settings.IGNORED_KEYS) may come later, as in a run's next GPU session
     mini = PRESETS["cpu-mini"]
     batched = mini.replace(finetune={**mini.finetune, "batched_augmentation": True})
     plan.check_plan(Experiment("x", "demo", batched, results_dir=tmp_path))
@@ -634,7 +629,7 @@ def _finished_cell(cell, dice, settings=None):
     cell.dice_file("test").parent.mkdir(parents=True, exist_ok=True)
     cell.dice_file("test").write_text(json.dumps({"dice": dice, "dice_per_class": {"a": dice}, "num_volumes": 2}))
     status = {"status": "finished", "trained": True, "val_dice": math.nan}
-    cells.write_status(cell.folder, status if settings is None else {**status, "settings": settings})
+    write_status(cell.folder, status if settings is None else {**status, "settings": settings})
 
 
 def test_cells_run_with_other_settings_are_refused_not_taken_as_done(tmp_path):
@@ -653,26 +648,24 @@ def test_cells_run_with_other_settings_are_refused_not_taken_as_done(tmp_path):
     _finished_cell(earlier_default, 0.5, {**cell_settings(earlier_default), "shrink_perturb": [0.5, 1.0]})
     _finished_cell(unrecorded, 0.5)  # trained before settings were recorded
     with pytest.raises(ValueError, match=r"random_L1_d1_s1 .*shrink_perturb was \[0.5, 1.0\], now False"):
-        cells.check_cell_settings([pretrain, *finetune])
+        plan.check_cell_settings([pretrain, *finetune])
     shutil.rmtree(earlier_default.folder)  # what the message asks for: the cell is then trained again
-    assert cells.check_cell_settings([pretrain, *finetune]) == 1  # the unrecorded cell, logged and not checked
+    assert plan.check_cell_settings([pretrain, *finetune]) == 1  # the unrecorded cell, logged and not checked
 
     # a fine-tuning that did not finish training is trained again whatever it recorded
-    cells.write_status(simclr_cells[0].folder, {"status": "failed", "settings": {"lr": 1.0}})
-    assert cells.check_cell_settings(finetune) == 1
+    write_status(simclr_cells[0].folder, {"status": "failed", "settings": {"lr": 1.0}})
+    assert plan.check_cell_settings(finetune) == 1
     # one that loaded an encoder pre-trained with other settings than today's pre-training is stale too
     _finished_cell(simclr_cells[1], 0.5, cell_settings(simclr_cells[1]))
     stale_encoder = {**cell_settings(pretrain), "temperature": 0.5}
-    cells.write_status(
-        simclr_cells[1].folder, {**cells.read_status(simclr_cells[1].folder), "pretrain_settings": stale_encoder}
-    )
+    write_status(simclr_cells[1].folder, {**read_status(simclr_cells[1].folder), "pretrain_settings": stale_encoder})
     with pytest.raises(ValueError, match=r"simclr_L1_d1_s1 .*its pre-training's temperature was 0.5, now 0.1"):
-        cells.check_cell_settings(finetune)
+        plan.check_cell_settings(finetune)
     shutil.rmtree(simclr_cells[1].folder)
     # a pre-training is resumed from its checkpoints: its record is checked as soon as it has a status
-    cells.write_status(pretrain.folder, {"status": "interrupted", "settings": {**cell_settings(pretrain), "lr": 1.0}})
+    write_status(pretrain.folder, {"status": "interrupted", "settings": {**cell_settings(pretrain), "lr": 1.0}})
     with pytest.raises(ValueError, match=r"pretrain simclr .*lr was 1.0, now 0.0001"):
-        cells.check_cell_settings([pretrain])
+        plan.check_cell_settings([pretrain])
 
 
 def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_path):
@@ -731,9 +724,9 @@ def test_a_switch_added_later_reads_as_its_old_behaviour_in_older_records(tmp_pa
     _finished_cell(older, 0.5, before)
     _finished_cell(other_pool, 0.5, {**ours, "labeled_pool": "train+pretrain"})
     with pytest.raises(ValueError, match=r"random_L1_d1_s1 .*labeled_pool was 'train\+pretrain', now 'train'"):
-        cells.check_cell_settings([older, other_pool])
+        plan.check_cell_settings([older, other_pool])
     shutil.rmtree(other_pool.folder)
-    assert cells.check_cell_settings([older, other_pool]) == 0
+    assert plan.check_cell_settings([older, other_pool]) == 0
     # a record without the switch is reported at its old value, not as absent
     moved = dataclasses.replace(older, train_overrides={**older.train_overrides, "labeled_pool": "train+pretrain"})
     assert recorded_changes({SETTINGS_KEY: before}, moved) == {
@@ -751,18 +744,18 @@ def test_runs_record_their_settings(tmp_path, monkeypatch):
     seen = {}
 
     def killed(bundle, config, workflow, overrides):
-        seen["status"] = cells.read_status(pretrain.folder)  # what a run killed outright leaves
+        seen["status"] = read_status(pretrain.folder)  # what a run killed outright leaves
         raise RuntimeError("killed")
 
     monkeypatch.setattr(cells, "run_bundle", killed)
     assert cells.run_pretrain(pretrain) == "failed"
-    assert seen["status"]["settings"] == cell_settings(pretrain) == cells.read_status(pretrain.folder)["settings"]
+    assert seen["status"]["settings"] == cell_settings(pretrain) == read_status(pretrain.folder)["settings"]
     monkeypatch.setattr(cells, "run_bundle", lambda *args: None)
     monkeypatch.setattr(cells, "labelled_subset", lambda cell: [])
     cells.run_finetune(finetune)
-    assert cells.read_status(finetune.folder)["settings"] == cell_settings(finetune)
-    assert cells.read_status(finetune.folder)["pretrain_settings"] == cell_settings(pretrain)
-    assert cells.read_status(finetune.folder)["settings"]["init"] == "simclr"
+    assert read_status(finetune.folder)["settings"] == cell_settings(finetune)
+    assert read_status(finetune.folder)["pretrain_settings"] == cell_settings(pretrain)
+    assert read_status(finetune.folder)["settings"]["init"] == "simclr"
 
 
 def test_results_and_table_hold_every_run_of_the_folder(tmp_path, monkeypatch):
@@ -834,9 +827,7 @@ def _finished_pretraining(tmp_path, name, preset, split):
     (experiment.folder / "split.json").write_text(json.dumps(split))
     pretrain.folder.mkdir(parents=True)
     (pretrain.folder / "encoder.pt").write_bytes(b"weights of " + name.encode())
-    cells.write_status(
-        pretrain.folder, {"status": "finished", "epochs": cells._config_value(pretrain, "epochs"), "seconds": 12.5}
-    )
+    write_status(pretrain.folder, {"status": "finished", "epochs": pretrain.config_value("epochs"), "seconds": 12.5})
     return experiment, pretrain
 
 
@@ -855,9 +846,9 @@ def test_pretrain_from_takes_only_the_same_run(tmp_path):
     shutil.rmtree(cell.folder)
     assert import_pretraining(cell, [source.folder]) == source.folder / "pretrain" / "simclr"
     assert (cell.folder / "encoder.pt").read_bytes() == b"weights of src"
-    status = cells.read_status(cell.folder)
+    status = read_status(cell.folder)
     assert status["reused_from"] == str(source.folder / "pretrain" / "simclr") and status["seconds"] == 12.5
-    assert cells.pretrain_done(cell) and "reused_from" not in cells.read_status(source.folder / "pretrain" / "simclr")
+    assert pretrain_done(cell) and "reused_from" not in read_status(source.folder / "pretrain" / "simclr")
     # a folder of this experiment's own is never replaced
     (cell.folder / "encoder.pt").write_bytes(b"own")
     assert import_pretraining(cell, [source.folder]) is None and (cell.folder / "encoder.pt").read_bytes() == b"own"
@@ -873,7 +864,7 @@ def test_pretrain_from_takes_only_the_same_run(tmp_path):
     assert find_reusable(cell, on_device.folder)[0] is not None  # the device changes only the rounding
     (on_device.folder / "split.json").unlink()
     assert find_reusable(cell, on_device.folder) == (None, f"{on_device.folder} holds no split.json")
-    cells.write_status(source.folder / "pretrain" / "simclr", {"status": "interrupted", "epochs": 20})
+    write_status(source.folder / "pretrain" / "simclr", {"status": "interrupted", "epochs": 20})
     assert "not finished" in find_reusable(cell, source.folder)[1]
 
 
@@ -886,10 +877,10 @@ def test_pretrain_from_compares_the_recorded_settings(tmp_path):
     source, stored = _finished_pretraining(tmp_path, "src", PRESETS["cpu-mini"], split)
     _, cell = _finished_pretraining(tmp_path, "dst", PRESETS["cpu-mini"], split)
     shutil.rmtree(cell.folder)
-    status = cells.read_status(stored.folder)
-    cells.write_status(stored.folder, {**status, "settings": cell_settings(cell)})
+    status = read_status(stored.folder)
+    write_status(stored.folder, {**status, "settings": cell_settings(cell)})
     assert find_reusable(cell, source.folder)[0] is not None
-    cells.write_status(stored.folder, {**status, "settings": {**cell_settings(cell), "temperature": 0.5}})
+    write_status(stored.folder, {**status, "settings": {**cell_settings(cell), "temperature": 0.5}})
     assert find_reusable(cell, source.folder) == (
         None,
         f"{source.folder}'s pre-training of simclr ran with other bundle settings (temperature)",
@@ -921,7 +912,7 @@ def _experiment_with_cells(tmp_path, name, split, preset=None, encoder=b"weights
     (experiment.folder / "split.json").write_text(json.dumps(split))
     pretrain.folder.mkdir(parents=True)
     (pretrain.folder / "encoder.pt").write_bytes(encoder)
-    cells.write_status(pretrain.folder, {"status": "finished"})
+    write_status(pretrain.folder, {"status": "finished"})
     return experiment, {c.folder.name: c for c in finetune}
 
 
@@ -936,10 +927,10 @@ def test_finetune_from_takes_only_the_same_run(tmp_path):
     source, theirs = _experiment_with_cells(tmp_path, "src", split)
     for cell in theirs.values():
         _finished_cell(cell, 0.4, cell_settings(cell))
-        cells.write_status(
+        write_status(
             cell.folder,
             {
-                **cells.read_status(cell.folder),
+                **read_status(cell.folder),
                 "pretrain_settings": cell_settings(cell.pretrain) if cell.pretrain else None,
             },
         )
@@ -949,10 +940,10 @@ def test_finetune_from_takes_only_the_same_run(tmp_path):
 
     cell = ours["simclr_L1_d0_s0"]
     assert import_finetuning(cell, [source.folder]) == theirs["simclr_L1_d0_s0"].folder
-    assert cells.finetune_done(cell) and (cell.folder / "models" / "model.pt").read_bytes() == b"fine-tuned"
-    status = cells.read_status(cell.folder)
+    assert finetune_done(cell) and (cell.folder / "models" / "model.pt").read_bytes() == b"fine-tuned"
+    status = read_status(cell.folder)
     assert status["reused_from"] == str(theirs["simclr_L1_d0_s0"].folder) and status["settings"]["draw"] == 0
-    assert "reused_from" not in cells.read_status(theirs["simclr_L1_d0_s0"].folder)  # the source is unchanged
+    assert "reused_from" not in read_status(theirs["simclr_L1_d0_s0"].folder)  # the source is unchanged
     (cell.folder / "models" / "model.pt").write_bytes(b"own")  # a folder of this experiment's own stays
     assert import_finetuning(cell, [source.folder]) is None
     assert (cell.folder / "models" / "model.pt").read_bytes() == b"own"
@@ -960,9 +951,7 @@ def test_finetune_from_takes_only_the_same_run(tmp_path):
     # other recorded settings, another encoder, another split, an untrained cell: not taken, and why
     random_cell, other = ours["random_L1_d1_s1"], theirs["random_L1_d1_s1"]
     assert find_reusable_finetuning(random_cell, source.folder)[0] == other.folder
-    cells.write_status(
-        other.folder, {**cells.read_status(other.folder), "settings": {**cell_settings(other), "lr": 0.5}}
-    )
+    write_status(other.folder, {**read_status(other.folder), "settings": {**cell_settings(other), "lr": 0.5}})
     assert find_reusable_finetuning(random_cell, source.folder) == (
         None,
         f"{source.folder}'s random_L1_d1_s1 ran with other settings (lr)",
@@ -977,16 +966,16 @@ def test_finetune_from_takes_only_the_same_run(tmp_path):
         None,
         f"{source.folder} split the patients differently",
     )
-    cells.write_status(theirs["simclr_L1_d1_s1"].folder, {"status": "failed"})
+    write_status(theirs["simclr_L1_d1_s1"].folder, {"status": "failed"})
     assert find_reusable_finetuning(ours["simclr_L1_d1_s1"], source.folder) == (
         None,
         f"{source.folder} has no trained simclr_L1_d1_s1",
     )
     # a cell whose pre-training was run again with other settings is not the same run either
-    cells.write_status(
+    write_status(
         theirs["simclr_L1_d0_s0"].folder,
         {
-            **cells.read_status(theirs["simclr_L1_d0_s0"].folder),
+            **read_status(theirs["simclr_L1_d0_s0"].folder),
             "pretrain_settings": {**cell_settings(cell.pretrain), "temperature": 9.0},
         },
     )
@@ -1023,10 +1012,10 @@ def test_run_takes_finished_cells_and_only_evaluates_what_is_missing(tmp_path, m
     source, theirs = _experiment_with_cells(tmp_path, "src", split)
     for draw, name in enumerate(("random_L1_d0_s0", "random_L1_d1_s1")):
         _finished_cell(theirs[name], 0.3 + 0.1 * draw, cell_settings(theirs[name]))
-    cells.write_status(
+    write_status(
         theirs["random_L1_d0_s0"].folder,
         {
-            **cells.read_status(theirs["random_L1_d0_s0"].folder),
+            **read_status(theirs["random_L1_d0_s0"].folder),
             "finetune_seconds": 55.0,
             "eval_seconds": {"test": 5.0},
         },
@@ -1157,7 +1146,7 @@ def test_supervised_encoder_end_to_end_on_the_phantom(tmp_path):
     encoder = torch.load(folder / "encoder.pt", weights_only=True)
     assert set(encoder) == {k for k in model if k.startswith(("conv_0.", "down_1.", "down_2.", "down_3.", "down_4."))}
     assert any(k.startswith("upcat_") for k in model) and all(torch.equal(v, model[k]) for k, v in encoder.items())
-    assert cells.read_status(folder)["status"] == "finished"
+    assert read_status(folder)["status"] == "finished"
     rows = read_results(tmp_path / "ref" / "results.csv")
     assert {r["status"] for r in rows} == {"ok"} and {r["method"] for r in rows} == {"supervised_encoder"}
     log = (tmp_path / "ref" / "progress.log").read_text()
@@ -1184,7 +1173,7 @@ def test_override_values_read_as_the_bundle_command_line_reads_them():
 
 
 def test_a_new_bundle_setting_is_registered_so_that_recorded_cells_stay_valid():
-    """Cells recorded before a switch existed (e.g. a GPU run's first lease) lack its key: without an entry in
+    """Cells recorded before a switch existed (e.g. a GPU run's first GPU session) lack its key: without an entry in
     ``ADDED_LATER`` or ``IGNORED_KEYS`` every one of them would be refused as stale by the next run."""
     from experiments.settings import ADDED_LATER, IGNORED_KEYS, _literal
 
@@ -1204,7 +1193,7 @@ def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypa
     again with the first encoder's bytes (one thread: the same floating-point order), an encoder made again with
     other bytes fails loudly, and ``--set-aside-stale-cells`` then takes it and runs the first encoder's cell again.
     """
-    from experiments.records import record_files
+    from experiments.gpu_session.records import record_files
     from gcl_monai.bundle import ensure_phantom
 
     def checkout(name: str) -> Path:  # a machine's checkout: the demo bundle, run from the checkout's root
@@ -1223,12 +1212,12 @@ def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypa
         machine_a = checkout("a")
         assert main(argv("--repeats", "1")) == 0
         encoder = machine_a / "results" / "run" / "pretrain" / "simclr" / "encoder.pt"
-        status = cells.read_status(encoder.parent)
-        assert status[cells.ENCODER_HASH_KEY] == cells.encoder_hash(encoder)
+        status = read_status(encoder.parent)
+        assert status[ENCODER_HASH_KEY] == encoder_hash(encoder)
         # a pre-training finished before the fingerprint was recorded gets it at the next run
-        cells.write_status(encoder.parent, {k: v for k, v in status.items() if k != cells.ENCODER_HASH_KEY})
+        write_status(encoder.parent, {k: v for k, v in status.items() if k != ENCODER_HASH_KEY})
         assert main(argv("--repeats", "1")) == 0
-        assert cells.read_status(encoder.parent) == status
+        assert read_status(encoder.parent) == status
         kept = tmp_path / "kept"
         assert main(["keep", "results/run", str(kept)]) == 0
         files = {p.relative_to(kept).as_posix() for p in record_files(kept)}
@@ -1253,14 +1242,14 @@ def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypa
         capsys.readouterr()
         assert main(argv("--repeats", "1", "--test-root", str(external))) == 1
         errors = [line for line in capsys.readouterr().out.splitlines() if " - ERROR - " in line]
-        assert len(errors) == 1 and f"ERROR - 1 result rows {cells.MODEL_ELSEWHERE}; run it there" in errors[0]
+        assert len(errors) == 1 and "ERROR - 1 result rows failed" in errors[0] and MODEL_ELSEWHERE in errors[0]
         log = (machine_b / "results" / "run" / "progress.log").read_text().split("Experiment run:")[-1]
-        assert f"external: {cells.MODEL_ELSEWHERE}" in log and "starting" not in log
+        assert f"external: {MODEL_ELSEWHERE}" in log and "starting" not in log
         (cell,) = (machine_b / "results" / "run" / "finetune").iterdir()
-        assert cells.read_status(cell)["status"] == "finished"
+        assert read_status(cell)["status"] == "finished"
         rows = read_results(Path("results/run/results.csv"))
         assert [(r["status"], r["message"]) for r in rows if r["test_set"] == "external"] == [
-            ("failed", cells.MODEL_ELSEWHERE)
+            ("failed", MODEL_ELSEWHERE)
         ]
         others = [{k: v for k, v in r.items() if k != "run_dir"} for r in rows if r["test_set"] != "external"]
         assert json.dumps(others) == json.dumps(first)  # the rows of the test and validation sets as they were
@@ -1270,30 +1259,30 @@ def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypa
         assert main(argv("--repeats", "1", "--remake-encoders")) == 0
         made = machine_b / "results" / "run" / "pretrain" / "simclr" / "encoder.pt"
         assert made.read_bytes() == encoder.read_bytes()
-        assert cells.read_status(made.parent)["status"] == "finished"
+        assert read_status(made.parent)["status"] == "finished"
 
         # no cell trained with the first encoder: the one made again replaces its fingerprint
         shutil.rmtree(machine_b / "results")
         assert main(["restore", str(kept), "results/run"]) == 0
         shutil.rmtree(machine_b / "results" / "run" / "finetune")
-        cells.write_status(made.parent, {**cells.read_status(made.parent), cells.ENCODER_HASH_KEY: "0" * 64})
+        write_status(made.parent, {**read_status(made.parent), ENCODER_HASH_KEY: "0" * 64})
         assert main(argv("--repeats", "1")) == 0
-        assert cells.read_status(made.parent)[cells.ENCODER_HASH_KEY] == cells.encoder_hash(made)
+        assert read_status(made.parent)[ENCODER_HASH_KEY] == encoder_hash(made)
         assert "no cell trained with it: new" in (machine_b / "results" / "run" / "progress.log").read_text()
 
         # a second draw needs the encoder: it is made again, and other bytes than the first's fail the pre-training
         shutil.rmtree(machine_b / "results")
         assert main(["restore", str(kept), "results/run"]) == 0
-        cells.write_status(made.parent, {**cells.read_status(made.parent), cells.ENCODER_HASH_KEY: "0" * 64})
+        write_status(made.parent, {**read_status(made.parent), ENCODER_HASH_KEY: "0" * 64})
         assert main(argv("--repeats", "2")) == 1
-        failed = cells.read_status(made.parent)
+        failed = read_status(made.parent)
         assert failed["status"] == "failed" and "differs from the encoder this cell made before" in failed["message"]
-        assert failed[cells.ENCODER_HASH_KEY] == "0" * 64  # the first fingerprint stays the reference
+        assert failed[ENCODER_HASH_KEY] == "0" * 64  # the first fingerprint stays the reference
 
         # --set-aside-stale-cells takes the encoder made again and runs the first encoder's cell again with it
         assert main(argv("--repeats", "2", "--set-aside-stale-cells")) == 0
-        taken = cells.read_status(made.parent)
-        assert taken["status"] == "finished" and taken[cells.ENCODER_HASH_KEY] == cells.encoder_hash(made)
+        taken = read_status(made.parent)
+        assert taken["status"] == "finished" and taken[ENCODER_HASH_KEY] == encoder_hash(made)
         run = machine_b / "results" / "run"
         first_cell = [p.name for p in (run / "finetune").iterdir() if (kept / "finetune" / p.name).exists()]
         assert [p.name for p in (run / "discarded").iterdir()] == [f"finetune_{name}" for name in first_cell]

@@ -9,9 +9,9 @@ from scipy import stats
 
 from experiments import results
 from experiments.__main__ import main
-from experiments.cells import write_status
 from experiments.compare import comparison_report, load_experiment, setting_changes
 from experiments.settings import SETTINGS_KEY, setting_differences
+from experiments.status import write_status
 
 SPLIT = {
     "pretrain": [{"image": "/a/p1.nii.gz"}],

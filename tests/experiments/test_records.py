@@ -1,4 +1,4 @@
-"""experiments.records by hand: which files are records, the paths made relative to the checkout that ran
+"""experiments.gpu_session.records by hand: which files are records, the paths made relative to the checkout that ran
 the experiment, and a restore that never writes over a run's folder. (The whole round trip on the phantom, a rerun
 going on from restored records: tests/experiments/test_benchmark.py.)"""
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments.records import keep, record_files, restore
+from experiments.gpu_session.records import keep, record_files, restore
 
 
 def _experiment(root, checkout, data_root):

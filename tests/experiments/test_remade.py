@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from experiments.cells import ENCODER_HASH_KEY, REMADE_HASH_KEY, encoder_hash, read_status, write_status
 from experiments.experiment import FinetuneCell, PretrainCell
-from experiments.remade import DISCARDED, REPLACED_HASH_KEY, replace_encoder, set_aside
+from experiments.fingerprints import ENCODER_HASH_KEY, OTHER_BYTES_HASH_KEY, encoder_hash
+from experiments.gpu_session.remade import DISCARDED, REPLACED_HASH_KEY, replace_encoder, set_aside
+from experiments.status import read_status, write_status
 
 
 def _pretraining(experiment: Path, method: str, seed: int = 0) -> PretrainCell:
@@ -56,7 +57,13 @@ def test_the_new_encoder_is_taken_and_only_the_cells_that_loaded_the_first_are_s
     gcl, gcl_p1 = _pretraining(experiment, "gcl"), _pretraining(experiment, "gcl", seed=1)
     (gcl.folder / "encoder.pt").write_bytes(b"the encoder made again")
     made = encoder_hash(gcl.folder / "encoder.pt")
-    failed = {"status": "failed", "epochs": 20, "message": "differs", ENCODER_HASH_KEY: "a" * 64, REMADE_HASH_KEY: made}
+    failed = {
+        "status": "failed",
+        "epochs": 20,
+        "message": "differs",
+        ENCODER_HASH_KEY: "a" * 64,
+        OTHER_BYTES_HASH_KEY: made,
+    }
     write_status(gcl.folder, failed)
     ours = _cell(experiment, "gcl_L2_d0_s0", gcl)
     other_seed = _cell(experiment, "gcl_L2_d0_s0_p1", gcl_p1)
@@ -81,7 +88,7 @@ def test_an_encoder_is_taken_only_when_its_status_and_its_bytes_say_it_was_made_
     write_status(gcl.folder, {"status": "finished", ENCODER_HASH_KEY: encoder_hash(encoder)})
     with pytest.raises(ValueError, match="no encoder made again"):
         replace_encoder(gcl, [])
-    write_status(gcl.folder, {"status": "failed", ENCODER_HASH_KEY: "a" * 64, REMADE_HASH_KEY: "b" * 64})
+    write_status(gcl.folder, {"status": "failed", ENCODER_HASH_KEY: "a" * 64, OTHER_BYTES_HASH_KEY: "b" * 64})
     with pytest.raises(ValueError, match=f"{encoder} is not the encoder made again"):
         replace_encoder(gcl, [])
     encoder.unlink()

@@ -8,8 +8,8 @@ plan, the split, the progress log, ``results.csv`` and each cell's ``benchmark.j
 what a rerun needs to skip a finished fine-tuning cell and what the analysis reads. The weights (fine-tuned models,
 encoders, checkpoints) and the TensorBoard files stay behind: about 8 MB per cell. A pre-training whose encoder
 stayed behind is made again when a cell still needs it. Its status keeps the encoder's fingerprint, and a rerun
-that makes other bytes fails loudly (:py:func:`experiments.cells.run_pretrain`), or, when asked, takes the
-new encoder and sets the first encoder's cells aside (:py:mod:`experiments.remade`).
+that makes other bytes fails loudly (:py:func:`experiments.fingerprints.made_encoder`), or, when asked, takes the
+new encoder and sets the first encoder's cells aside (:py:mod:`~experiments.gpu_session.remade`).
 
 Records are kept in a folder, or in one ``.tar.xz`` archive (``into`` ending in :py:data:`ARCHIVE_SUFFIX`): a
 finished experiment's hundreds of small files then travel as one file (every file of a checkout travels to a GPU

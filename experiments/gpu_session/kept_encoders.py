@@ -1,0 +1,117 @@
+"""
+The pre-trained encoders of a GPU session kept as encoder cards (:py:func:`gcl_monai.networks.keep_encoder`): each
+finished pre-training's ``encoder.pt`` in bfloat16 (9.4 MB at the paper's width, 2.4 MB at half width) with its card
+(recipe, seed, commit, probe Dice, architecture, SHA-256), so that later cells can fine-tune the same encoders on any
+machine without pre-training again (docs/protocol_gpu_seeds.md, amendment 1).
+
+On the device they are written into the work folder's ``encoders/<experiment>/<pre-training>.pt`` and ``.json``
+(:py:func:`keep_encoders`), which the pack brings back inside its archive; on this side ``--collect`` copies them
+into the run's results folder, ``docs/results/<run>/encoders/`` (:py:func:`collect_encoders`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from experiments.fingerprints import encoder_hash
+from experiments.status import STATUS_FILE, read_status
+from gcl_monai.networks import keep_encoder
+
+__all__ = ["ENCODERS", "collect_encoders", "keep_encoders"]
+
+logger = logging.getLogger("experiments")
+
+#: the folder of the work folder (and of a results folder) that holds the kept encoders
+ENCODERS = "encoders"
+#: a pre-training's folder name: ``<method>``, or ``<method>_p<pre-training seed>``
+_PRETRAIN_NAME = re.compile(r"^(?P<method>.+?)(?:_p(?P<seed>\d+))?$")
+
+
+def _commit(checkout: Path | None) -> str | None:
+    """The commit of ``checkout`` (None outside a git checkout: a session's copy of the tree may have no history)."""
+    if checkout is None:
+        return None
+    result = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def _last_probe(folder: Path) -> dict[str, Any]:
+    """The last probe of a pre-training (``probe_history.jsonl``) as ``probe_dice`` and ``probe_epoch``; {} without."""
+    history = folder / "probe_history.jsonl"
+    lines = [line for line in history.read_text().splitlines() if line.strip()] if history.is_file() else []
+    if not lines:
+        return {}
+    last = json.loads(lines[-1])
+    return {"probe_dice": last.get("dice"), "probe_epoch": last.get("epoch")}
+
+
+def keep_encoders(work: Path, budget: str, checkout: Path | None = None) -> list[Path]:
+    """
+    Keeps the encoder of each finished pre-training of the work folder ``work`` as a card (see the module's
+    description); a card already kept of the same ``encoder.pt`` (its ``encoder_sha256``) is not written again.
+
+    Args:
+        work: the run's work folder.
+        budget: the run's budget, recorded on the card.
+        checkout: the checkout that ran it (its commit recorded on the card; None: no commit).
+
+    Returns:
+        the kept weights, one ``.pt`` per encoder (each card beside it); an encoder that is no ``BasicUNet``
+        encoder gets no card (logged).
+    """
+    work = Path(work)
+    kept = []
+    for status_file in sorted(work.glob(f"results/*/pretrain/*/{STATUS_FILE}")):
+        folder, encoder = status_file.parent, status_file.parent / "encoder.pt"
+        if read_status(folder).get("status") != "finished" or not encoder.exists():
+            continue
+        experiment = folder.parents[1].name
+        out = work / ENCODERS / experiment / f"{folder.name}.pt"
+        card = out.with_suffix(".json")
+        fingerprint = encoder_hash(encoder)
+        if not (out.exists() and card.exists() and json.loads(card.read_text()).get("encoder_sha256") == fingerprint):
+            name = _PRETRAIN_NAME.match(folder.name)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                keep_encoder(
+                    encoder,
+                    out,
+                    recipe=name["method"],
+                    seed=int(name["seed"] or 0),
+                    experiment=experiment,
+                    budget=budget,
+                    commit=_commit(checkout),
+                    encoder_sha256=fingerprint,
+                    **_last_probe(folder),
+                )
+            except (ValueError, RuntimeError) as error:  # not a BasicUNet encoder: the float32 one still comes back
+                logger.warning("No card kept of %s: %s", encoder, error)
+                continue
+        kept.append(out)
+    return kept
+
+
+def collect_encoders(work: Path, into: Path) -> list[Path]:
+    """
+    Copies the kept encoders of the work folder ``work`` (weights and cards, of every experiment) into
+    ``into/encoders/``.
+
+    Returns:
+        the files written.
+    """
+    written = []
+    for path in sorted(Path(work).glob(f"{ENCODERS}/*/*")):
+        if path.suffix in (".pt", ".json"):
+            target = Path(into) / ENCODERS / path.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            written.append(target)
+    return written

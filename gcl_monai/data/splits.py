@@ -214,6 +214,13 @@ def unlabeled_subset(pool: Sequence[dict], labeled: Sequence[dict]) -> list[dict
     return unlabeled
 
 
+def without_labels(entries: Sequence[Mapping]) -> list[dict]:
+    """``entries`` without their ``label`` key: the volumes of a path that uses the images alone (pre-training, the
+    unlabelled cases of a semi-supervised fine-tuning), so that a volume pipeline written for image and label
+    (``allow_missing_keys``) loads no label there."""
+    return [{k: v for k, v in entry.items() if k != "label"} for entry in entries]
+
+
 def _to_json(value: object) -> object:
     if isinstance(value, np.generic):
         return value.item()

@@ -265,7 +265,9 @@ def test_elastic_augmentation_is_free_of_folds_and_reaches_both_paths(config):
     for key in ("train#preprocessing", "train#unlabeled_dataset#transform"):
         (elastic[key],) = [t for t in parser.get_parsed_content(key).transforms if isinstance(t, Rand2DElasticd)]
     assert elastic["train#preprocessing"].mode == ("bilinear", "nearest")
-    assert list(elastic["train#unlabeled_dataset#transform"].keys) == ["image"]
+    # one list for both paths, each its own instance; the unlabelled slices have no label to skip
+    assert elastic["train#unlabeled_dataset#transform"] is not elastic["train#preprocessing"]
+    assert all(t.allow_missing_keys for t in elastic.values())
     size = parser["image_size"]
     rows, cols = torch.meshgrid(*(torch.arange(n, dtype=torch.float32) for n in size), indexing="ij")
     coordinates = {"image": torch.stack([rows, cols]), "label": torch.zeros(1, *size)}
@@ -723,12 +725,12 @@ def test_fine_tuning_with_the_slices_on_the_device_reads_no_value_per_iteration(
     }
     if path != "batched_augmentation":
         # no augmentation that reads a value (MONAI's AdjustContrast reads the image's range)
-        overrides.update({f"train#preprocessing#transforms#{step}#prob": 0.0 for step in (3, 4, 5, 6)})
+        overrides.update({f"augmentation#{step}#prob": 0.0 for step in (3, 4, 5, 6)})
     if on_device:
         overrides.update(data_on_device=True, decollate=False, log_interval=iterations)
     if path == "batched_augmentation":
         # every step acts, the contrast too (the batched form reads no value)
-        overrides.update({f"train#preprocessing#transforms#{step}#prob": 1.0 for step in (3, 4, 5, 6)})
+        overrides.update({f"augmentation#{step}#prob": 1.0 for step in (3, 4, 5, 6)})
         overrides.update(batched_augmentation=True, affine_prob=1.0)
     wf = ConfigWorkflow(
         config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(tmp_path), run_id="run", **overrides

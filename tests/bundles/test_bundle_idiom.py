@@ -305,7 +305,7 @@ def test_the_bundles_pipelines_compute_what_the_python_presets_compute(tmp_path)
     slices and, seeded alike, the same random views and augmentations: the configs changed how the pipelines are
     written, not what they draw."""
     from gcl_monai.bundle import ensure_phantom
-    from gcl_monai.data import load_datalist
+    from gcl_monai.data import load_datalist, without_labels
     from gcl_monai.transforms import (
         finetune_transforms,
         pretrain_transforms,
@@ -325,13 +325,14 @@ def test_the_bundles_pipelines_compute_what_the_python_presets_compute(tmp_path)
             else:
                 assert a[key] == b[key], key
 
+    image_only = without_labels([item])[0]  # pre-training's entries (``train#dataset``'s data)
     pairs = [
-        (pretrain, "train#volume_transforms", volume_transforms(32, with_label=False, fov_scale=0.8)),
-        (train, "train#volume_transforms", volume_transforms(32, meta_keys=[], fov_scale=0.8)),
+        (pretrain, image_only, volume_transforms(32, with_label=False, fov_scale=0.8)),
+        (train, item, volume_transforms(32, meta_keys=[], fov_scale=0.8)),
     ]
-    for parser, key, preset in pairs:
-        listed = parser.get_parsed_content(key)(dict(item))
-        built = preset(dict(item))
+    for parser, entry, preset in pairs:
+        listed = parser.get_parsed_content("train#volume_transforms")(dict(entry))
+        built = preset(dict(entry))
         assert len(listed) == len(built)
         for a, b in zip(listed, built):
             same(a, b)

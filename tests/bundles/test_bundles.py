@@ -64,11 +64,12 @@ def test_bundle_layout_and_metadata(bundle):
         assert key in inference, key
     # MONAI components, plus the few of gcl_monai that make a 2D network a 3D model, guard its input, choose the
     # field of view's crop and the largest-component clean-up (each returning MONAI transforms), stack a DICOM series
-    # by position and write DICOM SEG
+    # by position and write DICOM SEG, and find the bundle's folder
     imports = {"gcl_monai.bundle", "gcl_monai.data", "gcl_monai.engines"}
     used = set(re.findall(r"gcl_monai(?:\.\w+)+", json.dumps(inference))) - imports
     assert used == {
         "gcl_monai.bundle.default_device",
+        "gcl_monai.bundle.bundle_folder",
         "gcl_monai.networks.SliceWise",
         "gcl_monai.transforms.SelectFramed",
         "gcl_monai.transforms.RepairNonFinited",
@@ -95,9 +96,7 @@ def test_pretraining_sees_the_field_of_view_of_fine_tuning(bundle):
         assert len(set(fov.values())) == 1, fov
     pretrain = json.loads((configs / "pretrain.json").read_text())
     (crop,) = [
-        step
-        for step in pretrain["train"]["volume_transforms"]["transforms"]
-        if step["_target_"] == "gcl_monai.transforms.field_of_view_crop"
+        step for step in pretrain["volume_transforms"] if step["_target_"] == "gcl_monai.transforms.field_of_view_crop"
     ]
     assert crop["fov_scale"] == "@fov_scale" and crop["fov_shape"] == "@fov_shape"
     parser = ConfigWorkflow(config_file=str(configs / "pretrain.json"), workflow_type=None, fov_scale=0.5).parser

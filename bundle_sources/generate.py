@@ -44,6 +44,26 @@ def _ordered(merged: dict, common: dict) -> dict:
     return out
 
 
+def config_text(content: dict) -> str:
+    """``content`` as JSON indented by 4, a list of plain values on one line where it fits in 100 characters (as the
+    model-zoo's configs write ``"keys": ["image", "label"]``)."""
+    return _json(content, 0) + "\n"
+
+
+def _json(value, indent: int) -> str:
+    pad, inner = " " * indent, " " * (indent + 4)
+    if isinstance(value, list) and not any(isinstance(v, (list, dict)) for v in value):
+        flat = json.dumps(value)
+        if indent + len(flat) <= 100:
+            return flat
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(k)}: {_json(v, indent + 4)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, list) and value:
+        return "[\n" + ",\n".join(inner + _json(v, indent + 4) for v in value) + f"\n{pad}]"
+    return json.dumps(value)
+
+
 def generated_configs(bundles: Path = BUNDLES) -> dict[Path, dict | str]:
     """Every generated config: its path under ``bundles`` and its content (each common config for every bundle;
     a JSON config as a dict, ``logging.conf`` as text)."""
@@ -77,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                 stale.append(path)
         else:
             path.parent.mkdir(exist_ok=True)
-            path.write_text(text if text is not None else json.dumps(content, indent=4) + "\n")
+            path.write_text(text if text is not None else config_text(content))
     for path in stale:
         print(f"{path} differs from its source in {SOURCES}; run python {Path(__file__).name}.", file=sys.stderr)
     return 1 if stale else 0

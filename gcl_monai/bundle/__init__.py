@@ -1,11 +1,13 @@
 """What a bundle config calls besides its components: the split file and synthetic dataset it needs
 (:mod:`~gcl_monai.bundle.data_setup`), the checks of its switches and the float32 matrix-product precision
-(:mod:`~gcl_monai.bundle.run_options`), its device, rank and loader workers (:mod:`~gcl_monai.bundle.runtime`) and
-the pre-trained encoder's learning rate (:mod:`~gcl_monai.bundle.learning_rates`) and the small named steps of a
-workflow (:mod:`~gcl_monai.bundle.workflow_steps`)."""
+(:mod:`~gcl_monai.bundle.run_options`), its device, rank and loader workers (:mod:`~gcl_monai.bundle.runtime`), its
+folder (:mod:`~gcl_monai.bundle.locate`), the pre-trained encoder's learning rate
+(:mod:`~gcl_monai.bundle.learning_rates`) and the small named steps of a workflow
+(:mod:`~gcl_monai.bundle.workflow_steps`)."""
 
 from gcl_monai.bundle.data_setup import check_dataset_dir, ensure_phantom, load_or_create_split
 from gcl_monai.bundle.learning_rates import encoder_learning_rate
+from gcl_monai.bundle.locate import bundle_folder
 from gcl_monai.bundle.run_options import (
     MATMUL_PRECISIONS,
     check_switches,
@@ -19,6 +21,7 @@ from gcl_monai.bundle.workflow_steps import as_floats, attach_all, every, image_
 
 __all__ = [
     "as_floats",
+    "bundle_folder",
     "attach_all",
     "every",
     "image_meta",

@@ -1,4 +1,5 @@
-"""Where the ``gcl_<data>`` bundles are: a source checkout's ``bundles/``, or the copy installed with the package."""
+"""Where the ``gcl_<data>`` bundles are: a source checkout's ``bundles/``, or the copy installed with the package;
+and a bundle's own folder as its configs' ``bundle_root`` sees it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import importlib.metadata
 import os
 from pathlib import Path
 
-__all__ = ["BUNDLE_DIR_VARIABLE", "INSTALLED_BUNDLES", "default_bundle_dir"]
+__all__ = ["BUNDLE_DIR_VARIABLE", "INSTALLED_BUNDLES", "bundle_folder", "default_bundle_dir"]
 
 BUNDLE_DIR_VARIABLE = "GCL_BUNDLE_DIR"
 #: where ``pip install`` puts the bundles (``[options.data_files]`` of setup.cfg), relative to the install prefix.
@@ -54,3 +55,15 @@ def default_bundle_dir() -> Path:
         f"No bundle folder: ${BUNDLE_DIR_VARIABLE} is not set, {checkout} does not exist and the installed "
         "gcl-monai distribution holds no share/gcl-monai/bundles; set $GCL_BUNDLE_DIR or pass --bundle-dir."
     )
+
+
+def bundle_folder(name: str) -> str:
+    """
+    A bundle config's default ``bundle_root``, relative to the working directory: ``"."`` when the working directory
+    is a bundle (it holds ``configs/metadata.json``: run from inside the bundle, as the model-zoo's are, wherever it
+    was copied) or holds no ``bundles/<name>``; ``"bundles/<name>"`` when it does (the repository root, where the
+    README runs the bundles). ``--bundle_root`` overrides it.
+    """
+    if Path("configs", "metadata.json").is_file() or not Path("bundles", name).is_dir():
+        return "."
+    return f"bundles/{name}"

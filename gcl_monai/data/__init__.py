@@ -34,6 +34,7 @@ from gcl_monai.data.splits import (
     save_split,
     split_patients,
     unlabeled_subset,
+    without_labels,
 )
 
 # imported on first use: the phantom (so `python -m gcl_monai.data.phantom` runs it only once) and the slice
@@ -104,4 +105,5 @@ __all__ = [
     "synthesize_patient",
     "unlabeled_subset",
     "validate_meta_keys",
+    "without_labels",
 ]

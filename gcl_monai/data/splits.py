@@ -192,14 +192,14 @@ def labeled_subset(train: Sequence[dict], num_labeled: int, draw: int, seed: int
 
 def unlabeled_subset(pool: Sequence[dict], labeled: Sequence[dict]) -> list[dict]:
     """The unlabelled cases of a semi-supervised fine-tuning run: the entries of ``pool`` whose patient is not
-    among the labelled ones.
+    among the labelled ones, without their ``label`` (:func:`without_labels`).
 
     Args:
         pool: the training patients' entries (e.g. ``split["pretrain"] + split["train"]``).
         labeled: the labelled entries (e.g. :func:`labeled_subset`'s output).
 
     Returns:
-        The unlabelled entries, in their input order.
+        The unlabelled entries, in their input order, without their labels.
 
     Raises:
         ValueError: when every patient of ``pool`` is labelled (nothing left for a consistency loss).
@@ -211,7 +211,14 @@ def unlabeled_subset(pool: Sequence[dict], labeled: Sequence[dict]) -> list[dict
             f"no unlabelled slices left: all {len({_patient(d) for d in pool})} training patients are labelled "
             f"({sorted(labeled_patients)}); a semi-supervised fine-tuning needs unlabelled patients."
         )
-    return unlabeled
+    return without_labels(unlabeled)
+
+
+def without_labels(entries: Sequence[Mapping]) -> list[dict]:
+    """``entries`` without their ``label`` key: the volumes of a path that uses the images alone (pre-training, the
+    unlabelled cases of a semi-supervised fine-tuning), so that a volume pipeline written for image and label
+    (``allow_missing_keys``) loads no label there."""
+    return [{k: v for k, v in entry.items() if k != "label"} for entry in entries]
 
 
 def _to_json(value: object) -> object:

@@ -84,7 +84,11 @@ class CenterSquareCropd(Cropd):
 
 
 def field_of_view_crop(
-    keys: KeysCollection, fov_scale: float, fov_shape: str = "scaled", slice_axis: int = -1
+    keys: KeysCollection,
+    fov_scale: float,
+    fov_shape: str = "scaled",
+    slice_axis: int = -1,
+    allow_missing_keys: bool = False,
 ) -> CenterScaleCropd | CenterSquareCropd | Identityd:
     """
     The in-plane field-of-view crop of a channel-first 3D volume, as the bundles configure it.
@@ -95,6 +99,7 @@ def field_of_view_crop(
             ``"square"``, the side of the square as a fraction of the shorter in-plane side.
         fov_shape: one of :data:`FOV_SHAPES`.
         slice_axis: the spatial axis across the slices (the other two form the plane).
+        allow_missing_keys: skip a key the data lacks (one pipeline for labelled and unlabelled volumes).
 
     Raises:
         ValueError: ``fov_scale`` outside (0, 1] or an unknown ``fov_shape``.
@@ -105,7 +110,10 @@ def field_of_view_crop(
         raise ValueError(f"fov_shape must be one of {FOV_SHAPES}, got {fov_shape!r}.")
     plane_axes = [a for a in range(3) if a != slice_axis % 3]
     if fov_shape == "square":
-        return CenterSquareCropd(keys=keys, roi_scale=fov_scale, plane_axes=plane_axes)
+        return CenterSquareCropd(
+            keys=keys, roi_scale=fov_scale, plane_axes=plane_axes, allow_missing_keys=allow_missing_keys
+        )
     if fov_scale == 1.0:
-        return Identityd(keys=keys)
-    return CenterScaleCropd(keys=keys, roi_scale=[fov_scale if a in plane_axes else 1.0 for a in range(3)])
+        return Identityd(keys=keys, allow_missing_keys=allow_missing_keys)
+    roi_scale = [fov_scale if a in plane_axes else 1.0 for a in range(3)]
+    return CenterScaleCropd(keys=keys, roi_scale=roi_scale, allow_missing_keys=allow_missing_keys)

@@ -45,6 +45,7 @@ def in_plane_grid(
     spatial_size: Sequence[int],
     mode: Sequence[str] | str = "area",
     pixel_spacing: float = 1.4,
+    allow_missing_keys: bool = False,
 ) -> Resized | ResizeWithPadOrCropd | Compose:
     """
     The transform that puts a channel-first ``(C, H, W, D)`` volume on the network's in-plane grid (``D``, the slice
@@ -57,6 +58,7 @@ def in_plane_grid(
         mode: interpolation per key for ``"resize"`` (``Resized``'s: "area" for images, "nearest" for labels); for
             ``"spacing"`` an "area" becomes "bilinear" (``Spacingd`` resamples with a grid).
         pixel_spacing: the in-plane spacing in mm of ``"spacing"``.
+        allow_missing_keys: skip a key the data lacks (one pipeline for labelled and unlabelled volumes).
 
     Raises:
         ValueError: an unknown ``grid`` or a ``spatial_size`` that is not two positive sizes.
@@ -67,10 +69,12 @@ def in_plane_grid(
         raise ValueError(f"spatial_size must be two in-plane sizes, got {spatial_size!r}.")
     size = [int(s) for s in spatial_size] + [-1]
     if grid == "resize":
-        return Resized(keys, spatial_size=size, mode=mode)
-    crop = ResizeWithPadOrCropd(keys, spatial_size=size)
+        return Resized(keys, spatial_size=size, mode=mode, allow_missing_keys=allow_missing_keys)
+    crop = ResizeWithPadOrCropd(keys, spatial_size=size, allow_missing_keys=allow_missing_keys)
     if grid == "native":
         return crop
     modes = ["bilinear" if m == "area" else m for m in ensure_tuple_rep(mode, len(ensure_tuple(keys)))]
-    spacing = Spacingd(keys, pixdim=[pixel_spacing, pixel_spacing, -1], mode=modes)
-    return Compose([RequireSpacingd(keys), spacing, crop])
+    spacing = Spacingd(
+        keys, pixdim=[pixel_spacing, pixel_spacing, -1], mode=modes, allow_missing_keys=allow_missing_keys
+    )
+    return Compose([RequireSpacingd(keys, allow_missing_keys), spacing, crop])

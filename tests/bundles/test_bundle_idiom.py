@@ -14,7 +14,7 @@ from monai.bundle import ConfigParser, ConfigWorkflow
 from monai.transforms import MapLabelValued, RandAdjustContrastd, RandFlipd, RandGaussianNoised
 
 from gcl_monai.gradients import GradMitigator, MeanCombiner
-from gcl_monai.transforms import CenterSquareCropd, VolumeToSlicesd
+from gcl_monai.transforms import CenterSquareCropd, RandRelativeGaussianNoised, VolumeToSlicesd
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 BUNDLES = ["gcl_demo", "gcl_acdc", "gcl_prostate", "gcl_mmwhs", "gcl_dicom"]
@@ -75,63 +75,111 @@ def test_expressions_are_short_and_choose_nothing(config):
     assert not ternaries, f"conditional expressions: {ternaries}"
 
 
+def _steps(content: dict, pipeline) -> list:
+    """The steps of a pipeline: its own list, or the config's lists it names (``%augmentation``, a copy;
+    ``@volume_transforms``; ``$@volume_transforms + [@slicing]``)."""
+    steps = pipeline if isinstance(pipeline, list) else pipeline["transforms"]
+    if isinstance(steps, list):
+        return steps
+    if steps.startswith("$gcl_monai.transforms.dice_grid_steps("):  # evaluate.json: the grid named by dice_grid
+        return [s for grid in content["evaluate"]["grids"].values() for s in grid]
+    match = re.fullmatch(r"[%@](\w+)|\$@(\w+) \+ \[@(\w+)\]", steps)
+    assert match, steps
+    if match[1]:
+        return content[match[1]]
+    return content[match[2]] + [content[match[3]]]
+
+
 @pytest.mark.parametrize("config", [c for c in CONFIGS if "recipes" not in c.parts and c.name != "demo.json"])
 def test_every_pipeline_lists_its_transforms(config):
     """Each pre-processing, augmentation and post-processing pipeline is a ``Compose`` of ``_target_`` transforms
-    (or references to one), never a factory that builds the steps out of sight."""
+    (or references to one, or to the config's list of steps), never a factory that builds the steps out of sight."""
     content = json.loads(config.read_text())
     for path, pipeline in _pipelines(content):
         if isinstance(pipeline, str) and pipeline.startswith("@"):
             continue  # the same pipeline, defined elsewhere in the config
-        assert isinstance(pipeline, dict) and pipeline.get("_target_") == "Compose", (path, pipeline)
-        steps = pipeline["transforms"]
-        if isinstance(steps, str):  # evaluate.json: the steps of the Dice grid named by ``dice_grid``
-            assert steps.startswith("$gcl_monai.transforms.dice_grid_steps("), (path, steps)
-            steps = [s for grid in content["evaluate"]["grids"].values() for s in grid]
-        for step in steps:
+        top_level_list = path in content and isinstance(pipeline, list)  # the volume steps, defined once
+        assert top_level_list or (isinstance(pipeline, dict) and pipeline.get("_target_") == "Compose"), path
+        for step in _steps(content, pipeline):
             step = _lookup(content, step) if isinstance(step, str) and step.startswith("@") else step
             assert isinstance(step, dict) and "_target_" in step, (path, step)
             assert not step["_target_"].endswith("_transforms"), (path, step["_target_"])
 
 
-def test_one_override_changes_one_augmentation_step():
-    """``--train#preprocessing#transforms#4#prob 0.2`` changes the contrast step's probability, nothing else (the
-    listed step 3, the elastic deformation, is off by default, so the parsed list has the contrast at 3)."""
-    default = _parser(DEMO / "train.json").get_parsed_content("train#preprocessing").transforms
-    changed = _parser(DEMO / "train.json", **{"train#preprocessing#transforms#4#prob": 0.2})
-    changed = changed.get_parsed_content("train#preprocessing").transforms
-    assert isinstance(changed[3], RandAdjustContrastd) and changed[3].prob == 0.2 and default[3].prob == 0.3
-    assert [type(t) for t in changed] == [type(t) for t in default]
-    assert [getattr(t, "prob", None) for i, t in enumerate(changed) if i != 3] == [
-        getattr(t, "prob", None) for i, t in enumerate(default) if i != 3
-    ]
+def _augmentations(parser: ConfigParser) -> dict[str, list]:
+    """The parsed augmentation of the labelled and of the unlabelled slices."""
+    paths = ("train#preprocessing", "train#unlabeled_dataset#transform")
+    return {path: list(parser.get_parsed_content(path).transforms) for path in paths}
+
+
+def test_one_override_of_the_shared_augmentation_reaches_both_paths():
+    """The labelled and the unlabelled slices draw from one list, ``augmentation`` (each path its own instances):
+    ``--contrast_prob 0.2`` or ``--augmentation#4#prob 0.2`` changes the contrast step's probability on both paths,
+    nothing else (the listed step 3, the elastic deformation, is off by default, so the parsed lists have the
+    contrast at 3)."""
+    default = _augmentations(_parser(DEMO / "train.json"))
+    for override in ({"contrast_prob": 0.2}, {"augmentation#4#prob": 0.2}):
+        changed = _augmentations(_parser(DEMO / "train.json", **override))
+        for path, steps in changed.items():
+            assert isinstance(steps[3], RandAdjustContrastd) and steps[3].prob == 0.2, (override, path)
+            assert default[path][3].prob == 0.3
+            assert [type(t) for t in steps] == [type(t) for t in default[path]]
+            assert [getattr(t, "prob", None) for i, t in enumerate(steps) if i != 3] == [
+                getattr(t, "prob", None) for i, t in enumerate(default[path]) if i != 3
+            ]
+    labelled, unlabelled = changed.values()
+    assert not {id(t) for t in labelled} & {id(t) for t in unlabelled}
+
+
+def test_the_noise_switch_reaches_both_paths():
+    noise = _augmentations(_parser(DEMO / "train.json", noise_prob=0.7))
+    assert [steps[6].prob for steps in noise.values()] == [0.7, 0.7]
+    assert all(isinstance(steps[6], RandRelativeGaussianNoised) for steps in noise.values())
+
+
+def test_the_unlabelled_slices_share_the_labelled_volume_pipeline_and_load_no_label(tmp_path):
+    """One volume pipeline for the labelled and unlabelled volumes (and, without the slicing, the validation's):
+    the unlabelled entries lose their label, and the steps skip it."""
+    parser = _parser(DEMO / "train.json", bundle_root=str(tmp_path), semi_supervised="mean_teacher")
+    assert parser["train#unlabeled_dataset#volume_transform"] == "@train#volume_transforms"
+    volume_steps = parser.get_parsed_content("train#volume_transforms").transforms
+    assert list(parser.get_parsed_content("validate#preprocessing").transforms) == list(volume_steps[:-1])
+    labelled = parser.get_parsed_content("train#dataset")
+    unlabelled = parser.get_parsed_content("train#unlabeled_dataset")
+    assert all("label" in d for d in labelled.volume_data)
+    assert all("label" not in d for d in unlabelled.volume_data)
+    assert {"image", "label"} <= set(labelled[0]) and "label" not in unlabelled[0] and "image" in unlabelled[0]
 
 
 def test_an_extra_config_file_replaces_or_removes_one_step(tmp_path):
     """An extra file in ``--config_file "['configs/train.json','my.json']"`` swaps one transform for another, or
-    switches one off with ``_disabled_``; the other steps stay as they were."""
+    switches one off with ``_disabled_``; the other steps stay as they were, on both paths."""
     default = [type(t) for t in _parser(DEMO / "train.json").get_parsed_content("train#preprocessing").transforms]
     noise = {"_target_": "RandGaussianNoised", "keys": "image", "prob": 0.3, "std": 0.05}
     swap = tmp_path / "swap.json"
-    swap.write_text(json.dumps({"train#preprocessing#transforms#7": noise}))  # listed 7, parsed 6
-    swapped = _parser([DEMO / "train.json", swap]).get_parsed_content("train#preprocessing").transforms
-    assert [type(t) for t in swapped] == default[:6] + [RandGaussianNoised] + default[7:]
+    swap.write_text(json.dumps({"augmentation#7": noise}))  # listed 7, parsed 6
+    for steps in _augmentations(_parser([DEMO / "train.json", swap])).values():
+        assert [type(t) for t in steps] == default[:6] + [RandGaussianNoised] + default[7:]
     remove = tmp_path / "remove.json"
-    remove.write_text(json.dumps({"train#preprocessing#transforms#1#_disabled_": True}))
-    removed = _parser([DEMO / "train.json", remove]).get_parsed_content("train#preprocessing").transforms
-    assert [type(t) for t in removed] == default[:1] + default[2:] and default[1] is RandFlipd
+    remove.write_text(json.dumps({"augmentation#1#_disabled_": True}))
+    for steps in _augmentations(_parser([DEMO / "train.json", remove])).values():
+        assert [type(t) for t in steps] == default[:1] + default[2:] and default[1] is RandFlipd
 
 
-def test_the_command_line_reaches_a_volume_step_and_the_meta_labels():
+def test_the_command_line_reaches_a_volume_step_and_the_meta_labels(tmp_path):
     """One step of the volume pipeline (here the field of view's crop) and the meta labels copied to every slice are
-    overrides like any other."""
+    overrides like any other; the pre-training and the probe share the volume steps."""
     parser = _parser(
         DEMO / "pretrain.json",
-        **{"train#volume_transforms#transforms#4#fov_shape": "square", "volume_meta_keys": ["patient_id"]},
+        bundle_root=str(tmp_path),
+        **{"volume_transforms#5#fov_shape": "square", "volume_meta_keys": ["patient_id"]},
     )
     steps = parser.get_parsed_content("train#volume_transforms").transforms
-    assert isinstance(steps[4], CenterSquareCropd)
+    assert isinstance(steps[4], CenterSquareCropd)  # listed 5: MapLabelValued is off without a probe_label_map
     assert isinstance(steps[-1], VolumeToSlicesd) and steps[-1].meta_keys == ("patient_id",)
+    assert list(parser.get_parsed_content("probe#transform").transforms) == list(steps[:-1])
+    assert parser.get_parsed_content("slicing") is steps[-1]
+    assert all("label" not in d for d in parser.get_parsed_content("train#dataset").volume_data)
 
 
 @pytest.mark.parametrize("bundle", BUNDLES)
@@ -257,7 +305,7 @@ def test_the_bundles_pipelines_compute_what_the_python_presets_compute(tmp_path)
     slices and, seeded alike, the same random views and augmentations: the configs changed how the pipelines are
     written, not what they draw."""
     from gcl_monai.bundle import ensure_phantom
-    from gcl_monai.data import load_datalist
+    from gcl_monai.data import load_datalist, without_labels
     from gcl_monai.transforms import (
         finetune_transforms,
         pretrain_transforms,
@@ -277,13 +325,14 @@ def test_the_bundles_pipelines_compute_what_the_python_presets_compute(tmp_path)
             else:
                 assert a[key] == b[key], key
 
+    image_only = without_labels([item])[0]  # pre-training's entries (``train#dataset``'s data)
     pairs = [
-        (pretrain, "train#volume_transforms", volume_transforms(32, with_label=False, fov_scale=0.8)),
-        (train, "train#volume_transforms", volume_transforms(32, meta_keys=[], fov_scale=0.8)),
+        (pretrain, image_only, volume_transforms(32, with_label=False, fov_scale=0.8)),
+        (train, item, volume_transforms(32, meta_keys=[], fov_scale=0.8)),
     ]
-    for parser, key, preset in pairs:
-        listed = parser.get_parsed_content(key)(dict(item))
-        built = preset(dict(item))
+    for parser, entry, preset in pairs:
+        listed = parser.get_parsed_content("train#volume_transforms")(dict(entry))
+        built = preset(dict(entry))
         assert len(listed) == len(built)
         for a, b in zip(listed, built):
             same(a, b)

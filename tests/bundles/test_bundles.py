@@ -64,11 +64,12 @@ def test_bundle_layout_and_metadata(bundle):
         assert key in inference, key
     # MONAI components, plus the few of gcl_monai that make a 2D network a 3D model, guard its input, choose the
     # field of view's crop and the largest-component clean-up (each returning MONAI transforms), stack a DICOM series
-    # by position and write DICOM SEG
+    # by position and write DICOM SEG, and find the bundle's folder
     imports = {"gcl_monai.bundle", "gcl_monai.data", "gcl_monai.engines"}
     used = set(re.findall(r"gcl_monai(?:\.\w+)+", json.dumps(inference))) - imports
     assert used == {
         "gcl_monai.bundle.default_device",
+        "gcl_monai.bundle.bundle_folder",
         "gcl_monai.networks.SliceWise",
         "gcl_monai.transforms.SelectFramed",
         "gcl_monai.transforms.RepairNonFinited",
@@ -95,9 +96,7 @@ def test_pretraining_sees_the_field_of_view_of_fine_tuning(bundle):
         assert len(set(fov.values())) == 1, fov
     pretrain = json.loads((configs / "pretrain.json").read_text())
     (crop,) = [
-        step
-        for step in pretrain["train"]["volume_transforms"]["transforms"]
-        if step["_target_"] == "gcl_monai.transforms.field_of_view_crop"
+        step for step in pretrain["volume_transforms"] if step["_target_"] == "gcl_monai.transforms.field_of_view_crop"
     ]
     assert crop["fov_scale"] == "@fov_scale" and crop["fov_shape"] == "@fov_shape"
     parser = ConfigWorkflow(config_file=str(configs / "pretrain.json"), workflow_type=None, fov_scale=0.5).parser
@@ -265,7 +264,9 @@ def test_elastic_augmentation_is_free_of_folds_and_reaches_both_paths(config):
     for key in ("train#preprocessing", "train#unlabeled_dataset#transform"):
         (elastic[key],) = [t for t in parser.get_parsed_content(key).transforms if isinstance(t, Rand2DElasticd)]
     assert elastic["train#preprocessing"].mode == ("bilinear", "nearest")
-    assert list(elastic["train#unlabeled_dataset#transform"].keys) == ["image"]
+    # one list for both paths, each its own instance; the unlabelled slices have no label to skip
+    assert elastic["train#unlabeled_dataset#transform"] is not elastic["train#preprocessing"]
+    assert all(t.allow_missing_keys for t in elastic.values())
     size = parser["image_size"]
     rows, cols = torch.meshgrid(*(torch.arange(n, dtype=torch.float32) for n in size), indexing="ij")
     coordinates = {"image": torch.stack([rows, cols]), "label": torch.zeros(1, *size)}
@@ -723,12 +724,12 @@ def test_fine_tuning_with_the_slices_on_the_device_reads_no_value_per_iteration(
     }
     if path != "batched_augmentation":
         # no augmentation that reads a value (MONAI's AdjustContrast reads the image's range)
-        overrides.update({f"train#preprocessing#transforms#{step}#prob": 0.0 for step in (3, 4, 5, 6)})
+        overrides.update({f"augmentation#{step}#prob": 0.0 for step in (3, 4, 5, 6)})
     if on_device:
         overrides.update(data_on_device=True, decollate=False, log_interval=iterations)
     if path == "batched_augmentation":
         # every step acts, the contrast too (the batched form reads no value)
-        overrides.update({f"train#preprocessing#transforms#{step}#prob": 1.0 for step in (3, 4, 5, 6)})
+        overrides.update({f"augmentation#{step}#prob": 1.0 for step in (3, 4, 5, 6)})
         overrides.update(batched_augmentation=True, affine_prob=1.0)
     wf = ConfigWorkflow(
         config_file=str(DEMO / "train.json"), workflow_type=None, bundle_root=str(tmp_path), run_id="run", **overrides

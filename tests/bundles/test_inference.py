@@ -4,7 +4,12 @@ folder of cases every readable one written, every failure reported by name, a no
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nibabel as nib
@@ -117,3 +122,29 @@ def test_one_frame_of_a_4d_series(tmp_path, model_file):
     result = run_inference(DEMO / "inference.json", folder, tmp_path / "out", model_file, FEATURES, "--frame", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["cine_frame02_seg.nii.gz"]
+
+
+def test_a_bundle_copied_out_of_the_repository_runs_its_inference_there(tmp_path, model_file):
+    """A bundle is a folder that runs as it is wherever it is copied: from inside it, as the model-zoo's bundles run,
+    its paths (``bundle_root`` ``"."``: ``models/model.pt``, the ``eval`` output folder) are the copy's own."""
+    bundle = tmp_path / "elsewhere" / "gcl_demo"
+    shutil.copytree(REPO / "bundles" / "gcl_demo", bundle, ignore=shutil.ignore_patterns("outputs", "models", "eval"))
+    (bundle / "models").mkdir()
+    shutil.copy(model_file, bundle / "models" / "model.pt")
+    _nifti(bundle / "cases" / "case.nii.gz", np.random.default_rng(2).random((40, 36, 3)))
+    size = ["--image_size", "[32, 32]", "--features", json.dumps(FEATURES)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "monai.bundle",
+        "run",
+        "--config_file",
+        "configs/inference.json",
+        "--dataset_dir",
+        "cases",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(cmd + size, cwd=bundle, capture_output=True, text=True, env=env, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [p.name for p in (bundle / "eval").iterdir()] == ["case_seg.nii.gz"]
+    assert nib.load(str(bundle / "eval" / "case_seg.nii.gz")).shape == (40, 36, 3)

@@ -154,5 +154,6 @@ def test_a_split_file_appears_whole_or_not_at_all(tmp_path: Path, monkeypatch: p
 def test_unlabeled_subset_and_no_unlabelled_patient_left():
     pool = [{"patient": p, "image": f"{p}_{f}"} for p in ("a", "b", "c") for f in (1, 2)]
     assert [d["image"] for d in unlabeled_subset(pool, pool[:2])] == ["b_1", "b_2", "c_1", "c_2"]
+    assert all("label" not in d for d in unlabeled_subset([{**d, "label": "x"} for d in pool], pool[:2]))
     with pytest.raises(ValueError, match="no unlabelled slices left: all 3 training patients are labelled"):
         unlabeled_subset(pool, pool)

@@ -70,3 +70,22 @@ def test_unknown_grid_and_bad_sizes_are_refused():
         in_plane_grid("image", "isotropic", (16, 16))
     with pytest.raises(ValueError, match="two in-plane sizes"):
         in_plane_grid("image", "native", (16, 16, 3))
+
+
+@pytest.mark.parametrize("grid", ["resize", "native", "spacing"])
+@pytest.mark.parametrize("fov_shape", ["scaled", "square"])
+def test_an_image_without_its_label_passes_the_image_and_label_steps(tmp_path, grid, fov_shape):
+    """With ``allow_missing_keys`` the field of view and the grid written for image and label take an unlabelled
+    volume (the bundles' one volume pipeline), and the image comes out as it does beside its label."""
+    from gcl_monai.transforms import field_of_view_crop
+
+    data, _ = _volume(tmp_path, 1.0)
+    steps = Compose(
+        [
+            field_of_view_crop(["image", "label"], 0.8, fov_shape, allow_missing_keys=True),
+            in_plane_grid(["image", "label"], grid, [16, 16], mode=["area", "nearest"], allow_missing_keys=True),
+        ]
+    )
+    image_only = steps({"image": data["image"]})
+    assert set(image_only) == {"image"}
+    np.testing.assert_array_equal(np.asarray(image_only["image"]), np.asarray(steps(dict(data))["image"]))

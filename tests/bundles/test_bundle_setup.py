@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from gcl_monai.bundle import (
+    bundle_folder,
     check_switches,
     ensure_phantom,
     first_enabled,
@@ -64,3 +66,17 @@ def test_training_loss_reads_a_decollated_and_a_batch_output():
     loss = torch.tensor(0.25)
     assert training_loss({"loss": loss, "pred": torch.zeros(2)}) is loss
     assert training_loss([{"loss": loss}, {"loss": loss}]) is loss
+
+
+def test_bundle_folder_is_the_bundle_from_inside_it_and_from_the_repository_root(tmp_path, monkeypatch):
+    """``bundle_root``'s default: ``"."`` inside a bundle (a folder holding ``configs/metadata.json``) or anywhere
+    without the bundle under ``bundles/``, ``bundles/<name>`` from a folder that holds it (the repository root)."""
+    bundle = tmp_path / "bundles" / "gcl_acdc"
+    (bundle / "configs").mkdir(parents=True)
+    (bundle / "configs" / "metadata.json").write_text("{}")
+    monkeypatch.chdir(bundle)
+    assert bundle_folder("gcl_acdc") == "."
+    monkeypatch.chdir(tmp_path)
+    assert bundle_folder("gcl_acdc") == "bundles/gcl_acdc"
+    assert Path(bundle_folder("gcl_acdc"), "configs", "metadata.json").is_file()
+    assert bundle_folder("gcl_prostate") == "."

@@ -74,6 +74,8 @@ ADDED_LATER: dict[str, Any] = {
     "float32_matmul_precision": "highest",
     "slices_per_patient": 1,
     "elastic_prob": 0.0,
+    "contrast_prob": 0.3,
+    "noise_prob": 0.3,
     "elastic_spacing": [24, 24],
     "elastic_magnitude": [0.5, 1.5],
     "amp": False,

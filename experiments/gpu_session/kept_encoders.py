@@ -17,11 +17,11 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 from experiments.fingerprints import encoder_hash
 from experiments.status import STATUS_FILE, read_status
 from gcl_monai.networks import keep_encoder
+from gcl_monai.networks.keep import last_probe
 
 __all__ = ["ENCODERS", "collect_encoders", "keep_encoders"]
 
@@ -41,16 +41,6 @@ def _commit(checkout: Path | None) -> str | None:
         ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
     )
     return result.stdout.strip() if result.returncode == 0 else None
-
-
-def _last_probe(folder: Path) -> dict[str, Any]:
-    """The last probe of a pre-training (``probe_history.jsonl``) as ``probe_dice`` and ``probe_epoch``; {} without."""
-    history = folder / "probe_history.jsonl"
-    lines = [line for line in history.read_text().splitlines() if line.strip()] if history.is_file() else []
-    if not lines:
-        return {}
-    last = json.loads(lines[-1])
-    return {"probe_dice": last.get("dice"), "probe_epoch": last.get("epoch")}
 
 
 def keep_encoders(work: Path, budget: str, checkout: Path | None = None) -> list[Path]:
@@ -90,7 +80,7 @@ def keep_encoders(work: Path, budget: str, checkout: Path | None = None) -> list
                     budget=budget,
                     commit=_commit(checkout),
                     encoder_sha256=fingerprint,
-                    **_last_probe(folder),
+                    **last_probe(folder),
                 )
             except (ValueError, RuntimeError) as error:  # not a BasicUNet encoder: the float32 one still comes back
                 logger.warning("No card kept of %s: %s", encoder, error)

@@ -20,7 +20,7 @@ from typing import Any
 
 from gcl_monai.networks.encoder_card import keep_encoder
 
-__all__ = ["card_fields", "main"]
+__all__ = ["last_probe", "card_fields", "main"]
 
 
 def _value(text: str) -> Any:
@@ -30,16 +30,21 @@ def _value(text: str) -> Any:
         return text
 
 
+def last_probe(folder: Path) -> dict[str, Any]:
+    """A pre-training folder's last probe (its ``probe_history.jsonl``) as ``probe_dice`` and ``probe_epoch``; {}
+    without one."""
+    history = folder / "probe_history.jsonl"
+    lines = [line for line in history.read_text().splitlines() if line.strip()] if history.is_file() else []
+    if not lines:
+        return {}
+    last = json.loads(lines[-1])
+    return {"probe_dice": last.get("dice"), "probe_epoch": last.get("epoch")}
+
+
 def card_fields(encoder: Path, fields: list[str]) -> dict[str, Any]:
-    """The card's entries: the last probe of ``probe_history.jsonl`` beside ``encoder`` (if any) and ``fields``
-    (``KEY=VALUE``), which may not name a key twice."""
-    card: dict[str, Any] = {}
-    history = encoder.parent / "probe_history.jsonl"
-    if history.is_file():
-        lines = [line for line in history.read_text().splitlines() if line.strip()]
-        if lines:
-            last = json.loads(lines[-1])
-            card.update(probe_dice=last["dice"], probe_epoch=last["epoch"])
+    """The card's entries: the last probe beside ``encoder`` (:func:`last_probe`) and ``fields`` (``KEY=VALUE``),
+    which may not name a key twice."""
+    card = last_probe(encoder.parent)
     given: dict[str, Any] = {}
     for field in fields:
         key, sep, text = field.partition("=")

@@ -4,12 +4,8 @@ folder of cases every readable one written, every failure reported by name, a no
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import nibabel as nib
@@ -21,7 +17,7 @@ from monai.data import MetaTensor
 
 from gcl_monai.data import inference_datalist
 from gcl_monai.transforms import RepairNonFinited, SelectFramed
-from tests.bundles.bundle_inference import run_inference
+from tests.bundles.bundle_inference import run_bundle_inference, run_inference
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 DEMO = REPO / "bundles" / "gcl_demo" / "configs"
@@ -132,19 +128,7 @@ def test_a_bundle_copied_out_of_the_repository_runs_its_inference_there(tmp_path
     (bundle / "models").mkdir()
     shutil.copy(model_file, bundle / "models" / "model.pt")
     _nifti(bundle / "cases" / "case.nii.gz", np.random.default_rng(2).random((40, 36, 3)))
-    size = ["--image_size", "[32, 32]", "--features", json.dumps(FEATURES)]
-    cmd = [
-        sys.executable,
-        "-m",
-        "monai.bundle",
-        "run",
-        "--config_file",
-        "configs/inference.json",
-        "--dataset_dir",
-        "cases",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(cmd + size, cwd=bundle, capture_output=True, text=True, env=env, check=False)
+    result = run_bundle_inference("configs/inference.json", "cases", FEATURES, cwd=bundle)
     assert result.returncode == 0, result.stderr[-2000:]
     assert [p.name for p in (bundle / "eval").iterdir()] == ["case_seg.nii.gz"]
     assert nib.load(str(bundle / "eval" / "case_seg.nii.gz")).shape == (40, 36, 3)

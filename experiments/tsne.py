@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from monai.bundle import ConfigParser
 
-from gcl_monai.data import SliceDataset
+from gcl_monai.data import SliceDataset, without_labels
 from gcl_monai.handlers import latest_checkpoint
 
 __all__ = ["embed_slices", "load_pretrained", "plot_tsne", "run_tsne"]
@@ -111,9 +111,8 @@ def run_tsne(
     if missing:
         raise ValueError(f"{missing} not pre-trained in {folder}; pre-trained there: {list(plan['pretrain'])}.")
     first = _parser(plan["pretrain"][methods[0]])
-    dataset = SliceDataset(
-        first.get_parsed_content("split")["pretrain"], first.get_parsed_content("train#volume_transforms")
-    )
+    slices = without_labels(first.get_parsed_content("split")["pretrain"])  # as the pre-training saw them
+    dataset = SliceDataset(slices, first.get_parsed_content("train#volume_transforms"))
     count = min(max_points, len(dataset))
     indices = np.sort(np.random.default_rng(seed).choice(len(dataset), size=count, replace=False))
     meta = json.loads((Path(plan["pretrain"][methods[0]]["bundle"]) / "configs" / "pretrain.json").read_text())

@@ -89,10 +89,54 @@ def collect(out: Path) -> Path:
     return target
 
 
+def read_curves(outs: list[Path]) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """The validation curves of every run in the ``curves.csv`` of each of ``outs``: ``(round, run) -> [(iteration,
+    val_dice), ...]`` in iteration order, the round named by its folder."""
+    curves: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for out in outs:
+        with (out / "curves.csv").open() as f:
+            for r in csv.DictReader(f):
+                run = f"f{r['fold']} {r['recipe']} L={r['labeled']} d{r['draw']} s{r['seed']}"
+                run += f" ({r['finetune_iterations']} it.)"
+                curves.setdefault((out.name, run), []).append((int(r["iteration"]), float(r["val_dice"])))
+    return {key: sorted(points) for key, points in curves.items()}
+
+
+def plot(outs: list[Path], target: Path) -> Path:
+    """
+    Validation Dice against iterations of every run in ``outs`` (rounds of this driver), one panel for full supervision
+    and one for the L draws, each with its gate (issue 53: full supervision 0.90; random initialisation 0.68 at
+    L = 2), so that a plateau below a gate is seen as such.
+    """
+    from matplotlib.figure import Figure
+
+    curves = read_curves(outs)
+    fig = Figure(figsize=(12, 4.5), layout="constrained")
+    panels = {"full": fig.add_subplot(1, 2, 1), "few": fig.add_subplot(1, 2, 2)}
+    for (round_name, run), points in curves.items():
+        ax = panels["full" if " L=full " in run else "few"]
+        ax.plot(*zip(*points), marker="o", markersize=3, label=f"{round_name}: {run}")
+    for name, ax in panels.items():
+        gate, title = (0.90, "full supervision") if name == "full" else (0.68, "few labels, random init.")
+        ax.axhline(gate, color="k", linestyle="--", linewidth=1, label=f"gate {gate:.2f}")
+        ax.set(title=f"{title}: validation Dice in training", xlabel="iteration", ylabel="mean Dice")
+        ax.legend(fontsize="xx-small")
+    fig.savefig(target, dpi=100)
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["collect"]:
-        print(collect(Path(argv[1])))
+    if argv[:1] in (["collect"], ["plot"]):
+        parser = argparse.ArgumentParser(prog=f"finetune_curves {argv[0]}")
+        if argv[0] == "collect":
+            parser.add_argument("out", type=Path, help="a round's output folder")
+            print(collect(parser.parse_args(argv[1:]).out))
+        else:
+            parser.add_argument("outs", type=Path, nargs="+", help="rounds' output folders (each with curves.csv)")
+            parser.add_argument("--to", type=Path, required=True, help="the figure (.png)")
+            args = parser.parse_args(argv[1:])
+            print(plot(args.outs, args.to))
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", required=True, help="folder holding acdc/ (GCL_DATA_ROOT)")

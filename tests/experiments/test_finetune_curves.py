@@ -4,7 +4,9 @@ import csv
 import json
 from collections import Counter
 
-from benchmarks.finetune_curves import collect, fold_split
+import pytest
+
+from benchmarks.finetune_curves import FIELDS, collect, fold_split, main, read_curves
 
 
 def _base():
@@ -48,3 +50,41 @@ def test_collect_puts_each_runs_variants_in_one_row(tmp_path):
         rows = list(csv.DictReader(f))
     assert [r["run"] for r in rows] == ["f0_defaults_L2_d0_s0", "f0_elastic_L2_d0_s0"]
     assert float(rows[1]["dice_ed"]) == 0.63 and rows[0]["num_volumes_ed"] == "12"
+
+
+def _curves(out, runs):
+    out.mkdir()
+    with (out / "curves.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, FIELDS)
+        writer.writeheader()
+        for (recipe, labeled), dice in runs.items():
+            for i, d in reversed(list(enumerate(dice, 1))):  # rows in any order
+                row = {"fold": 0, "recipe": recipe, "labeled": labeled, "draw": 0, "seed": 0}
+                writer.writerow({**row, "iteration": 500 * i, "val_dice": d, "finetune_iterations": 500 * len(dice)})
+
+
+def test_curves_of_several_rounds_are_read_per_run_in_iteration_order_and_plotted(tmp_path):
+    from PIL import Image
+
+    _curves(tmp_path / "r1", {("defaults", "full"): [0.7, 0.8, 0.85], ("defaults", "2"): [0.4, 0.5]})
+    _curves(tmp_path / "r2", {("width512", "full"): [0.75, 0.88]})
+
+    curves = read_curves([tmp_path / "r1", tmp_path / "r2"])
+
+    assert curves == {
+        ("r1", "f0 defaults L=full d0 s0 (1500 it.)"): [(500, 0.7), (1000, 0.8), (1500, 0.85)],
+        ("r1", "f0 defaults L=2 d0 s0 (1000 it.)"): [(500, 0.4), (1000, 0.5)],
+        ("r2", "f0 width512 L=full d0 s0 (1000 it.)"): [(500, 0.75), (1000, 0.88)],
+    }
+    figure = tmp_path / "curves.png"
+    assert main(["plot", str(tmp_path / "r1"), str(tmp_path / "r2"), "--to", str(figure)]) == 0
+    with Image.open(figure) as image:
+        assert image.size == (1200, 450)
+
+
+def test_subcommands_answer_help_instead_of_reading_it_as_a_folder(capsys):
+    for command in ("collect", "plot"):
+        with pytest.raises(SystemExit) as stop:
+            main([command, "--help"])
+        assert stop.value.code == 0
+        assert f"finetune_curves {command}" in capsys.readouterr().out

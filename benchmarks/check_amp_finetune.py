@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             run(run_id="run", config_file=str(CONFIGS / "train.json"), epochs=args.epochs, amp=amp, **cell)
             seconds = time.perf_counter() - start
-            run(run_id="run", config_file=str(CONFIGS / "evaluate.json"), **cell)
+            run(run_id="run", config_file=[str(CONFIGS / "train.json"), str(CONFIGS / "evaluate.json")], **cell)
             dice = json.loads((root / "outputs" / "finetune" / name / "eval" / "dice.json").read_text())
             rows.append(
                 {"seed": seed, "amp": amp, "dice": dice["dice"], "seconds_per_iteration": seconds / (50 * args.epochs)}

@@ -15,9 +15,10 @@ every validation (mean 3D Dice over the fold's volumes, ED and ES) is parsed fro
 are complete is skipped, so the driver resumes where it stopped.
 
 ``collect`` gathers the evaluation of each finished run's kept model on its fold's validation patients (the bundle's
-``evaluate.json`` with ``--test_split val``: ``runs/<run>/model/eval/dice.json``) into ``<out>/variants_val.csv``: the
-primary Dice (3D per volume, ED and ES) beside its variants, end-diastole only (GLCL's) and pooled over the 2D slices
-(PCL's), so that the evaluation's share of the distance to the published figures is measured without the test split.
+``evaluate.json`` on top of its ``train.json``, with ``--test_split val``: ``runs/<run>/model/eval/dice.json``) into
+``<out>/variants_val.csv``: the primary Dice (3D per volume, ED and ES) beside its variants, end-diastole only
+(GLCL's) and pooled over the 2D slices (PCL's), so that the evaluation's share of the distance to the published
+figures is measured without the test split.
 
 Usage (from the repository root)::
 

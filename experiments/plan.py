@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.bundles import bundle_config
+from experiments.bundles import bundle_config, keys_read
 from experiments.done import finetune_done, pretrain_done, trained
 from experiments.experiment import (
     DATASETS,
@@ -166,12 +166,13 @@ def plan_cells(experiment: Experiment) -> tuple[list[PretrainCell], list[Finetun
 def _bundle_reads(experiment: Experiment) -> tuple[list[str], set[str]]:
     """
     What the plan reads from the bundle configs: the pre-training dataset's meta labels, and the keys that the
-    fine-tuning dataset's ``evaluate.json`` reads (the evaluation builds the network and the preprocessing the
-    training had: every training override among them, e.g. ``norm`` or ``fov_shape`` given with --finetune-set,
-    goes to the evaluations as well).
+    fine-tuning dataset's evaluation reads (``evaluate.json`` on top of ``train.json``: the evaluation builds the
+    network and the preprocessing the training had: every training override among them, e.g. ``norm`` or
+    ``fov_shape`` given with --finetune-set, goes to the evaluations as well; one only the training reads, e.g.
+    ``lr``, does not).
     """
     source, data = _bundle(experiment, experiment.source), _bundle(experiment, experiment.data)
-    return bundle_config(source, "pretrain")["meta_labels"], set(bundle_config(data, "evaluate"))
+    return bundle_config(source, "pretrain")["meta_labels"], keys_read(bundle_config(data, "evaluate"))
 
 
 def _plan_cells(
@@ -236,7 +237,7 @@ def _finetune_cell(
     """
     The fine-tuning of method ``name`` at ``num_labeled`` on labelled draw ``draw`` with the draw's ``k``-th seed,
     from ``pretrain``'s encoder (None: random initialisation), on top of the ``shared`` overrides of every
-    ``train.json`` run; its evaluations get the training overrides that ``evaluate.json`` reads (``evaluate_keys``).
+    ``train.json`` run; its evaluations get the training overrides that the evaluation reads (``evaluate_keys``).
     One seed per repeat: repeats differ even when the pool allows a single labelled subset. A pre-training seed
     s > 0 adds ``_p<s>`` to the folder.
     """

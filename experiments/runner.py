@@ -15,10 +15,10 @@ An experiment lives in ``<results_dir>/<name>/``:
   ``eval*/dice.json`` per test set and ``benchmark.json``;
 - ``results.csv``, ``table.md``, ``dice_vs_L.png``, ``pretrain_curves.png`` and ``progress.log``.
 
-Every cell is a ``monai.bundle.run`` of ``pretrain.json``, ``train.json`` or ``evaluate.json`` with overrides; a
-finished cell is skipped by a rerun and an interrupted pre-training resumes from its last checkpoint; a cell on disk
-that ran with other settings than the plan gives it stops the run before anything starts
-(:py:func:`experiments.plan.check_cell_settings`). Checks given by the caller (:py:data:`CellCheck`) may keep a
+Every cell is a ``monai.bundle.run`` of ``pretrain.json``, ``train.json`` or ``evaluate.json`` (on top of
+``train.json``) with overrides; a finished cell is skipped by a rerun and an interrupted pre-training resumes from its
+last checkpoint; a cell on disk that ran with other settings than the plan gives it stops the run before anything
+starts (:py:func:`experiments.plan.check_cell_settings`). Checks given by the caller (:py:data:`CellCheck`) may keep a
 cell from running, or log what they did to its folder. With ``jobs`` > 1 the cells run in worker processes, a
 fine-tuning cell once its pre-training is done.
 """

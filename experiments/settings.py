@@ -45,8 +45,10 @@ PRETRAIN_SETTINGS_KEY = "pretrain_settings"
 #: (the fine-tuning's augmentation drawn and applied for the whole batch at once: the same distribution as the
 #: per-slice transforms, tests/transforms/test_batch_augmentation.py; only the stream of random numbers differs, as
 #: it does from one fine-tuning seed to the next), so that a GPU run's later sessions may use it beside cells
-#: fine-tuned per slice.
+#: fine-tuned per slice; ``config_files``, the configs a run stacks (``train.json``'s names it, for the check of
+#: ``evaluate.json`` on top of it), not a setting.
 IGNORED_KEYS = (
+    "config_files",
     "bundle_root",
     "work_dir",
     "dataset_dir",

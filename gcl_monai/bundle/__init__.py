@@ -1,8 +1,8 @@
 """What a bundle config calls besides its components: the split file and synthetic dataset it needs
-(:mod:`~gcl_monai.bundle.data_setup`), the checks of its switches and the float32 matrix-product precision
-(:mod:`~gcl_monai.bundle.run_options`), its device, rank and loader workers (:mod:`~gcl_monai.bundle.runtime`), its
-folder (:mod:`~gcl_monai.bundle.locate`), the pre-trained encoder's learning rate
-(:mod:`~gcl_monai.bundle.learning_rates`) and the small named steps of a workflow
+(:mod:`~gcl_monai.bundle.data_setup`), the checks of its switches and of the configs it stacks, and the float32
+matrix-product precision (:mod:`~gcl_monai.bundle.run_options`), its device, rank and loader workers
+(:mod:`~gcl_monai.bundle.runtime`), its folder (:mod:`~gcl_monai.bundle.locate`), the pre-trained encoder's learning
+rate (:mod:`~gcl_monai.bundle.learning_rates`) and the small named steps of a workflow
 (:mod:`~gcl_monai.bundle.workflow_steps`)."""
 
 from gcl_monai.bundle.data_setup import check_dataset_dir, ensure_phantom, load_or_create_split
@@ -10,6 +10,7 @@ from gcl_monai.bundle.learning_rates import encoder_learning_rate
 from gcl_monai.bundle.locate import bundle_folder
 from gcl_monai.bundle.run_options import (
     MATMUL_PRECISIONS,
+    check_overlay,
     check_switches,
     first_enabled,
     if_enabled,
@@ -29,6 +30,7 @@ __all__ = [
     "release_model",
     "MATMUL_PRECISIONS",
     "check_dataset_dir",
+    "check_overlay",
     "check_switches",
     "default_device",
     "default_num_workers",

@@ -1,10 +1,11 @@
 """The options of a bundle run that are checked or applied before it starts: its on/off switches (the component a
-switch turns off, the one it leaves, the training output a switch shapes) and torch's float32 matrix-product
-precision."""
+switch turns off, the one it leaves, the training output a switch shapes), the configs it stacks and torch's float32
+matrix-product precision."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TypeVar
 
 import torch
@@ -15,6 +16,7 @@ T = TypeVar("T")
 
 __all__ = [
     "MATMUL_PRECISIONS",
+    "check_overlay",
     "check_switches",
     "first_enabled",
     "if_enabled",
@@ -41,6 +43,24 @@ def check_switches(**switches: object) -> None:
         raise ValueError(
             f"on/off switches must be True or False, got {shown}; on the command line write e.g. "
             f"--{next(iter(bad))} False (capitalised, a Python literal)."
+        )
+
+
+def check_overlay(config_files: Sequence[str], overlay: str, base: str) -> None:
+    """
+    Refuses a run of an overlay config without the config it lies on: ``evaluate.json`` holds only what the
+    evaluation adds to ``train.json`` (as the model-zoo's bundles write it) and runs as
+    ``--config_file "['configs/train.json','configs/evaluate.json']"``. Each config names itself in ``config_files``
+    (``train.json`` sets the list, the overlay appends to it with MONAI's ``+`` merge key), so that the overlay run
+    alone stops here, with this message, instead of at the first key it reads from ``train.json``.
+
+    Raises:
+        ValueError: ``base`` is not among ``config_files``; the message gives the command that stacks both.
+    """
+    if base not in config_files:
+        raise ValueError(
+            f"{overlay} is an overlay on {base}: run both, {base} first, e.g. --config_file "
+            f"\"['configs/{base}','configs/{overlay}']\" (this run loaded {list(config_files)})."
         )
 
 

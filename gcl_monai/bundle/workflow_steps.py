@@ -42,7 +42,8 @@ def attach_all(handlers: Iterable[Any], engine: Any) -> None:
 
 def release_model(output_dir: str | os.PathLike, ckpt_dir: str | os.PathLike, name: str = "model.pt") -> Path:
     """Copies the run's kept model (``output_dir/name``, the best on validation) to the bundle's ``ckpt_dir``, where
-    ``evaluate.json``, ``inference.json`` and MONAI Label read it. Refuses, naming the path, a run that kept none."""
+    ``evaluate.json``, ``inference.json`` and MONAI Label read it: ``train.json``'s ``finalize`` (``evaluate.json``,
+    run on top of ``train.json``, empties it). Refuses, naming the path, a run that kept none."""
     source = Path(output_dir) / name
     if not source.is_file():
         raise FileNotFoundError(f"release_model: {source} does not exist: the run saved no model to release.")

@@ -10,6 +10,7 @@ import torch
 
 from gcl_monai.bundle import (
     bundle_folder,
+    check_overlay,
     check_switches,
     ensure_phantom,
     first_enabled,
@@ -23,6 +24,13 @@ def test_check_switches_refuses_anything_but_a_boolean():
     check_switches(pixel_branch=True, mitigate=False)
     with pytest.raises(ValueError, match=r"pixel_branch='false', mitigate=1.*--pixel_branch False"):
         check_switches(pixel_branch="false", mitigate=1, freeze_encoder=False)
+
+
+def test_check_overlay_refuses_an_overlay_run_alone():
+    check_overlay(["train.json", "evaluate.json"], overlay="evaluate.json", base="train.json")
+    message = r"evaluate.json is an overlay on train.json: .*\['configs/train.json','configs/evaluate.json'\]"
+    with pytest.raises(ValueError, match=message + r".*loaded \['evaluate.json'\]"):
+        check_overlay(["evaluate.json"], overlay="evaluate.json", base="train.json")
 
 
 def test_set_float32_matmul_precision_refuses_a_value_torch_would_ignore():

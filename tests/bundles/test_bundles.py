@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from ignite.engine import Events
-from monai.bundle import ConfigWorkflow
+from monai.bundle import ConfigParser, ConfigWorkflow
 from monai.networks.nets import BasicUNet
 from monai.transforms import LoadImage
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -37,10 +37,13 @@ TINY = {
 TINY_FT = {**TINY, "iterations_per_epoch": 3, "init": "gcl"}
 
 
+#: the configs of each run, in order: evaluate.json is an overlay on train.json
+STACKS = {"evaluate.json": ["train.json", "evaluate.json"]}
+
+
 def _run(config, run_id, bundle_root, **override):
-    wf = ConfigWorkflow(
-        config_file=str(DEMO / config), workflow_type=None, bundle_root=str(bundle_root), run_id=run_id, **override
-    )
+    files = [str(DEMO / name) for name in STACKS.get(config, [config])]
+    wf = ConfigWorkflow(config_file=files, workflow_type=None, bundle_root=str(bundle_root), run_id=run_id, **override)
     wf.initialize()
     wf.run()
     wf.finalize()
@@ -90,7 +93,7 @@ def test_pretraining_sees_the_field_of_view_of_fine_tuning(bundle):
     configs = REPO / "bundles" / bundle / "configs"
     for key in ("fov_scale", "fov_shape"):
         fov = {
-            name: json.loads((configs / name).read_text())[key]
+            name: ConfigParser.load_config_files([str(configs / n) for n in STACKS.get(name, [name])])[key]
             for name in ("pretrain.json", "train.json", "evaluate.json", "inference.json")
         }
         assert len(set(fov.values())) == 1, fov
@@ -125,7 +128,10 @@ def demo_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("gcl_demo")
     _run("pretrain.json", "pretrain", root, **TINY)
     _run("train.json", "run", root, **TINY_FT)
+    released = (root / "models" / "model.pt").stat().st_mtime_ns
     _run("evaluate.json", "run", root, **TINY_FT)
+    # on top of train.json, the evaluation neither trains nor releases a model (train.json's finalize)
+    assert (root / "models" / "model.pt").stat().st_mtime_ns == released
     return root
 
 
@@ -429,6 +435,28 @@ def test_inference_writes_label_maps_with_the_input_geometry(demo_root, tmp_path
     assert set(np.unique(np.asarray(out.dataobj))) <= {0, 1, 2, 3}
 
 
+def test_evaluate_json_is_an_overlay_on_train_json(tmp_path):
+    """``evaluate.json`` holds only what the evaluation changes in or adds to ``train.json``; stacked on it, its run
+    is the evaluation alone (neither the training nor ``train.json``'s ``finalize``, which releases a model, runs);
+    run alone, it stops at once with the command that stacks both."""
+    for bundle in BUNDLES:
+        configs = REPO / "bundles" / bundle / "configs"
+        train, evaluate = (json.loads((configs / name).read_text()) for name in STACKS["evaluate.json"])
+        assert not [k for k in evaluate if train.get(k) == evaluate[k]], bundle
+        merged = ConfigParser.load_config_files([str(configs / name) for name in STACKS["evaluate.json"]])
+        assert {k: merged[k] for k in ("initialize", "run")} == {k: evaluate[k] for k in ("initialize", "run")}
+        assert merged["finalize"] == [] and merged["config_files"] == ["train.json", "evaluate.json"]
+    alone = ConfigWorkflow(config_file=str(DEMO / "evaluate.json"), workflow_type=None, bundle_root=str(tmp_path))
+    with pytest.raises(RuntimeError) as raised:
+        alone.initialize()
+    assert any(
+        m.startswith("evaluate.json is an overlay on train.json")
+        and "--config_file \"['configs/train.json','configs/evaluate.json']\"" in m
+        for m in _messages(raised.value)
+    )
+    assert not list(tmp_path.iterdir())  # stopped before anything was written
+
+
 def test_demo_chain_runs_the_three_workflows_on_its_own_budget(monkeypatch):
     """``demo.json`` runs pre-training, fine-tuning and evaluation in this order with the demo's shorter budget
     (about 3 minutes on 2 CPU cores); ``train.json`` keeps the dataset bundles' budget."""
@@ -440,10 +468,12 @@ def test_demo_chain_runs_the_three_workflows_on_its_own_budget(monkeypatch):
     parser = ConfigParser()
     parser.read_config(str(DEMO / "demo.json"))
     parser.get_parsed_content("run")
-    assert [(run_id, Path(kw["config_file"]).name) for run_id, kw in calls] == [
-        ("pretrain", "pretrain.json"),
-        ("run", "train.json"),
-        ("run", "evaluate.json"),
+    files = [(run_id, kw["config_file"]) for run_id, kw in calls]
+    names = [(run_id, [Path(f).name for f in ([c] if isinstance(c, str) else c)]) for run_id, c in files]
+    assert names == [
+        ("pretrain", ["pretrain.json"]),
+        ("run", ["train.json"]),
+        ("run", ["train.json", "evaluate.json"]),  # evaluate.json is an overlay on train.json
     ]
     (_, pretrain), (_, finetune), (_, evaluate) = calls
     assert pretrain["method"] == finetune["init"] == evaluate["init"] == "gcl"

@@ -16,7 +16,7 @@ from monai.bundle import ConfigWorkflow
 
 from experiments import cells, plan, results
 from experiments.__main__ import main
-from experiments.bundles import parse_bundle_item
+from experiments.bundles import config_files, parse_bundle_item
 from experiments.cells import tensorboard_collapse
 from experiments.done import finetune_done, pretrain_done
 from experiments.experiment import Experiment, PretrainCell
@@ -128,7 +128,8 @@ def test_preset_replace_and_iterations():
 
 
 def test_evaluation_builds_what_the_training_built(tmp_path):
-    """A --finetune-set override that evaluate.json reads too (network, field of view) reaches the evaluation."""
+    """A --finetune-set override that the evaluation (evaluate.json on top of train.json) reads too (network, field
+    of view) reaches the evaluation; one only the training reads does not."""
     norm = ["instance", {"affine": True}]
     finetune = {**PRESETS["cpu-mini"].finetune, "norm": norm, "fov_shape": "square", "lr": 0.01}
     preset = PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=1, finetune=finetune)
@@ -149,7 +150,7 @@ def test_evaluation_builds_what_the_training_built(tmp_path):
         assert evaluate["dice_grid"] == "input" and evaluate["test_split"] == split and evaluate["norm"] == norm
         assert cell_in_grid.dice_file(test_set) == cell.folder / test_set / "dice.json"
     workflow = ConfigWorkflow(
-        config_file=str(cell.bundle / "configs" / "evaluate.json"), workflow_type=None, **cell.eval_overrides["test"]
+        config_file=config_files(cell.bundle, "evaluate"), workflow_type=None, **cell.eval_overrides["test"]
     )
     network = workflow.parser.get_parsed_content("network_def", instantiate=True)
     assert any(isinstance(m, torch.nn.InstanceNorm2d) for m in network.modules())

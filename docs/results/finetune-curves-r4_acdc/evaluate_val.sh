@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Each finished run's kept model on its fold's validation patients, scored on the original labels (--dice_grid input;
+# README.md here); the test patients are not read. Run from the same checkout as run.sh, after it (or between runs):
+#   OUT=docs/results/finetune-curves-r4_acdc bash docs/results/finetune-curves-r4_acdc/evaluate_val.sh
+set -euo pipefail
+OUT="${OUT:-docs/results/finetune-curves-r4_acdc}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+CONFIGS="['bundles/gcl_acdc/configs/train.json','bundles/gcl_acdc/configs/evaluate.json']"
+for run in "$OUT"/runs/*_defaults_*/; do
+    run="${run%/}"
+    [[ -f "$run/model/model.pt" && ! -f "$run/model/eval/dice.json" ]] || continue
+    python -m monai.bundle run --config_file "$CONFIGS" --split_file "$run/split.json" --test_split val \
+        --work_dir "$run/model" --ckpt_dir "$run/model" --output_dir "$run/model" --num_workers 0 --init random \
+        --dice_grid input > "$run/model/eval_val.log" 2>&1
+done
+python -m benchmarks.finetune_curves collect "$OUT"

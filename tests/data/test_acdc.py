@@ -8,13 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gcl_monai.data import (
-    DatalistError,
-    detect_layout,
-    load_datalist,
-    num_slices,
-    read_acdc,
-)
+from gcl_monai.data import DatalistError, detect_layout, load_datalist, num_slices, read_acdc
 from tests.data.data_helpers import DATA_ROOT, SHAPE, make_acdc_patient, write_garbage, write_h5, write_nifti
 
 

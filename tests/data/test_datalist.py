@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gcl_monai.data import (
-    split_h5_path,
-)
+from gcl_monai.data import split_h5_path
 
 
 @pytest.mark.parametrize(

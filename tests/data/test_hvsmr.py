@@ -6,11 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gcl_monai.data import (
-    DatalistError,
-    load_datalist,
-    read_hvsmr,
-)
+from gcl_monai.data import DatalistError, load_datalist, read_hvsmr
 from tests.data.data_helpers import write_nifti
 
 

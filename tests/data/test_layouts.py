@@ -6,11 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gcl_monai.data import (
-    DatalistError,
-    detect_layout,
-    load_datalist,
-)
+from gcl_monai.data import DatalistError, detect_layout, load_datalist
 from tests.data.data_helpers import write_nifti
 
 

@@ -6,12 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gcl_monai.data import (
-    MMWHS_LABEL_VALUES,
-    DatalistError,
-    load_datalist,
-    read_mmwhs,
-)
+from gcl_monai.data import MMWHS_LABEL_VALUES, DatalistError, load_datalist, read_mmwhs
 from tests.data.data_helpers import write_nifti
 
 

@@ -9,12 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gcl_monai.data import (
-    DatalistError,
-    detect_layout,
-    load_datalist,
-    read_prostate,
-)
+from gcl_monai.data import DatalistError, detect_layout, load_datalist, read_prostate
 from tests.data.data_helpers import DATA_ROOT, SHAPE, write_nifti
 
 

@@ -7,11 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gcl_monai.losses import (
-    MetaContrastiveLoss,
-    chance_level,
-    positive_mask,
-)
+from gcl_monai.losses import MetaContrastiveLoss, chance_level, positive_mask
 
 
 def reference_meta_loss(z, labels, tau, form="out", view_weight=None):

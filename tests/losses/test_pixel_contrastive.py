@@ -7,11 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gcl_monai.losses import (
-    GradFilter,
-    LastLayerJacobian,
-    PixelContrastiveLoss,
-)
+from gcl_monai.losses import GradFilter, LastLayerJacobian, PixelContrastiveLoss
 from gcl_monai.networks import GCLNet
 
 

@@ -10,9 +10,7 @@ from monai.data import NibabelReader
 from monai.transforms import EnsureChannelFirstd, LoadImaged
 
 from gcl_monai.data import split_h5_path
-from gcl_monai.transforms import (
-    H5Reader,
-)
+from gcl_monai.transforms import H5Reader
 from tests.transforms.transform_helpers import write_h5, write_nifti
 
 

@@ -6,10 +6,7 @@ import pytest
 import torch
 from monai.data import DataLoader, Dataset, MetaTensor, list_data_collate
 
-from gcl_monai.transforms import (
-    VolumeToSlicesd,
-    slice_quantiles,
-)
+from gcl_monai.transforms import VolumeToSlicesd, slice_quantiles
 from tests.transforms.transform_helpers import volume_item
 
 

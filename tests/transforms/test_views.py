@@ -8,11 +8,7 @@ import torch
 from monai.data import MetaTensor
 from monai.utils import set_determinism
 
-from gcl_monai.transforms import (
-    ContrastiveViewsd,
-    RandRelativeGaussianNoised,
-    pretrain_transforms,
-)
+from gcl_monai.transforms import ContrastiveViewsd, RandRelativeGaussianNoised, pretrain_transforms
 
 
 def slice_image(seed=0) -> MetaTensor:

@@ -1,84 +1,18 @@
 import copy
-import math
-from pathlib import Path
 
 import pytest
 import torch
-from ignite.engine import Engine, Events
+from ignite.engine import Events
 from monai.engines.utils import IterationEvents
 from monai.handlers import CheckpointLoader
-from monai.networks.nets import BasicUNet
 
-from gcl_monai.engines import GCLEvents, GCLPretrainer, TaskGradients
-from gcl_monai.gradients import GradMitigator, MeanCombiner
-from gcl_monai.handlers import (
-    AtomicCheckpointSaver,
-    CollapseDetector,
-    EmbeddingSpread,
-    EncoderExporter,
-    EpochSeedHandler,
-    GradFilterPaceHandler,
-    GradientCombinerHandler,
-    RepresentationCollapse,
-    latest_checkpoint,
-)
+from gcl_monai.engines import GCLPretrainer
+from gcl_monai.gradients import MeanCombiner
+from gcl_monai.handlers import AtomicCheckpointSaver, GradientCombinerHandler
 from gcl_monai.losses import GradFilter, PixelContrastiveLoss
 from gcl_monai.networks import GCLNet
 from gcl_monai.transforms import BatchContrastiveViews
-
-FEATURES = (4, 4, 8, 8, 16, 4)
-
-
-class RandomViews(torch.utils.data.Dataset):
-    """Slices with two views and three meta labels; the views are drawn from the global torch RNG."""
-
-    def __len__(self):
-        return 8
-
-    def __getitem__(self, i):
-        return {
-            "image": torch.rand(1, 32, 32),
-            "image_2": torch.rand(1, 32, 32),
-            "patient_id": torch.tensor(i % 3),
-            "slice_quantile": torch.tensor(i % 4 + 1),
-            "organ_state": torch.tensor(i % 2),
-        }
-
-
-def build(
-    meta_labels=("patient_id", "slice_quantile", "organ_state"),
-    combiner="mitigator",
-    pixel=True,
-    ckpt=None,
-    device_views=None,
-):
-    torch.manual_seed(0)
-    net = GCLNet(features=FEATURES, proj_dim=8)
-    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-    loader = torch.utils.data.DataLoader(RandomViews(), batch_size=4, shuffle=True)
-    grad_filter = GradFilter() if pixel else None
-    comb = GradMitigator(len(meta_labels)) if combiner == "mitigator" else MeanCombiner(len(meta_labels))
-    combiner_handler = GradientCombinerHandler(comb)
-    trainer = GCLPretrainer(
-        device="cpu",
-        max_epochs=3,
-        train_data_loader=loader,
-        network=net,
-        optimizer=opt,
-        meta_labels=list(meta_labels),
-        pixel_loss=PixelContrastiveLoss(temperature=0.1, topk_ratio=0.3) if pixel else None,
-        grad_filter=grad_filter,
-        device_views=device_views,
-    )
-    handlers = [combiner_handler, EmbeddingSpread(), EpochSeedHandler(seed=7)]
-    if pixel:
-        handlers.append(GradFilterPaceHandler(grad_filter))
-    for h in handlers:
-        h.attach(trainer)
-    save_dict = {"network": net, "optimizer": opt, "trainer": trainer, "mitigator": comb}
-    if pixel:
-        save_dict["grad_filter"] = grad_filter
-    return trainer, net, save_dict
+from tests.engines.engine_helpers import FEATURES, RandomViews, build
 
 
 def test_iteration_outputs_and_update():
@@ -134,26 +68,6 @@ def test_non_finite_input_stops_with_the_meta_labels_named_and_no_update():
     ):
         trainer._iteration(trainer, batch)
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items() if "running" not in k)
-
-
-def test_a_run_without_the_combining_handler_stops_when_it_starts():
-    net = GCLNet(features=FEATURES, proj_dim=8)
-    before = copy.deepcopy(net.state_dict())
-    loader = torch.utils.data.DataLoader(RandomViews(), batch_size=4)
-    trainer = GCLPretrainer("cpu", 1, loader, net, torch.optim.SGD(net.parameters(), lr=0.1), meta_labels=[None])
-    started = []
-    trainer.add_event_handler(Events.ITERATION_STARTED, lambda e: started.append(e.state.iteration))
-    with pytest.raises(
-        RuntimeError, match=r"no handler combines .* attach a gcl_monai.handlers.GradientCombinerHandler"
-    ):
-        trainer.run()
-    assert started == [] and all(torch.equal(before[k], v) for k, v in net.state_dict().items())
-    # a handler that listens but applies nothing is stopped after the event, in the first iteration
-    trainer = GCLPretrainer("cpu", 1, loader, net, torch.optim.SGD(net.parameters(), lr=0.1), meta_labels=[None])
-    trainer.add_event_handler(GCLEvents.GRADIENTS_COMPUTED, lambda e: None)
-    with pytest.raises(RuntimeError, match="no handler applied the per-meta-label gradients: attach a gcl_monai"):
-        trainer.run()
-    assert trainer.state.iteration == 1
 
 
 def test_missing_meta_label():
@@ -220,155 +134,6 @@ def test_device_views_feed_the_network_and_resume_bit_for_bit(tmp_path):
     resumed.run()
     for (k, a), b in zip(full_net.state_dict().items(), resumed_net.state_dict().values()):
         assert torch.equal(a, b), k
-
-
-def test_atomic_checkpoints_are_complete_whenever_they_exist(tmp_path, monkeypatch):
-    """
-    While a checkpoint is being written, no file under a checkpoint name is incomplete and (n_saved=2) the
-    previous checkpoint is still there to resume from; this is what a run killed mid-write relies on.
-    """
-    trainer, _, save_dict = build(meta_labels=(None,), combiner="mean", pixel=False)
-    AtomicCheckpointSaver(
-        str(tmp_path), save_dict, save_final=False, save_interval=1, epoch_level=True, n_saved=2
-    ).attach(trainer)
-    save, seen = torch.save, []
-
-    def spying_save(obj, target, *args, **kwargs):
-        seen.append((Path(getattr(target, "name", target)).name, latest_checkpoint(tmp_path)))
-        save(obj, target, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "save", spying_save)
-    trainer.run()
-    assert [Path(latest).name if latest else None for _, latest in seen] == [
-        None,
-        "checkpoint_epoch=1.pt",
-        "checkpoint_epoch=2.pt",
-    ]
-    assert not any(target.startswith("checkpoint") for target, _ in seen), seen
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_epoch=2.pt", "checkpoint_epoch=3.pt"]
-
-
-def test_best_model_file_is_replaced_never_removed_first(tmp_path, monkeypatch):
-    """A fixed key-metric file name (the fine-tuning's ``model.pt``) always holds the last complete best model."""
-    metric = iter([0.2, 0.5, 0.4, 0.9])
-    engine = Engine(lambda e, batch: None)
-    engine.add_event_handler(Events.EPOCH_COMPLETED, lambda e: e.state.metrics.update(dice=next(metric)))
-    net = torch.nn.Linear(2, 2)
-    AtomicCheckpointSaver(
-        str(tmp_path), {"model": net}, save_key_metric=True, key_metric_name="dice", key_metric_filename="model.pt"
-    ).attach(engine)
-    save, seen = torch.save, []
-
-    def spying_save(obj, target, *args, **kwargs):
-        best = tmp_path / "model.pt"
-        seen.append((Path(target.name).name, torch.load(best)["bias"].tolist() if best.exists() else None))
-        save(obj, target, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "save", spying_save)
-    biases = []
-    engine.add_event_handler(Events.EPOCH_STARTED, lambda e: biases.append(net.bias.data.add_(1).tolist()))
-    engine.run([0], max_epochs=4)
-    # written at epochs 1, 2 and 4 (better metric), each time to a temporary file while the last best is intact
-    assert [best for _, best in seen] == [None, biases[0], biases[1]]
-    assert not any(name == "model.pt" for name, _ in seen)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
-    assert torch.load(tmp_path / "model.pt")["bias"].tolist() == biases[3]
-
-
-def test_latest_checkpoint_skips_truncated_files(tmp_path, caplog):
-    assert latest_checkpoint(tmp_path / "missing") is None
-    torch.save({"epoch": 1}, tmp_path / "checkpoint_epoch=1.pt")
-    torch.save({"epoch": 10}, tmp_path / "checkpoint_epoch=10.pt")
-    full = (tmp_path / "checkpoint_epoch=10.pt").read_bytes()
-    (tmp_path / "checkpoint_epoch=12.pt").write_bytes(full[: len(full) // 2])
-    assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_epoch=10.pt")  # by number, not by name
-    assert "checkpoint_epoch=12.pt" in caplog.text
-    (tmp_path / "checkpoint_epoch=10.pt").write_bytes(b"")
-    assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_epoch=1.pt")
-    torch.save({}, tmp_path / "checkpoint_final_iteration=5.pt")
-    assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_final_iteration=5.pt")
-
-
-def test_task_gradients_are_applied_once_with_one_gradient_per_parameter():
-    params = [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(3))]
-    grads = [[torch.ones(2), torch.ones(3)], [2 * torch.ones(2), 2 * torch.ones(3)]]
-    gradients = TaskGradients(names=["a", "b"], params=params, grads=grads)
-    with pytest.raises(ValueError, match="expected 2 combined gradients"):
-        gradients.apply([torch.ones(2)])
-    assert not gradients.applied and params[0].grad is None
-    gradients.apply([torch.full((2,), 1.5), torch.full((3,), 1.5)], stats={"cos_0_1": torch.tensor(1.0)})
-    assert gradients.applied and gradients.grads is None and set(gradients.stats) == {"cos_0_1"}
-    assert torch.equal(params[1].grad, torch.full((3,), 1.5))
-    with pytest.raises(RuntimeError, match="applied already"):
-        gradients.apply([torch.ones(2), torch.ones(3)])
-
-
-def test_embedding_spread_hand_computed():
-    """Four embeddings, two pairs of equal directions: 4 of the 12 ordered pairs have cosine 1, the rest 0; each
-    dimension of the unit vectors is (1, 0, 1, 0) or (0, 1, 0, 1), standard deviation sqrt(1/3)."""
-    engine = Engine(lambda e, b: None)
-    engine.state.output = {"pred": {"img": torch.tensor([[3.0, 0.0], [0.0, 2.0], [0.5, 0.0], [0.0, 7.0]])}}
-    EmbeddingSpread()(engine)
-    assert float(engine.state.output["cos/img"]) == pytest.approx(1 / 3)
-    assert float(engine.state.output["std/img"]) == pytest.approx(math.sqrt(1 / 3))
-
-
-def test_collapse_detector_needs_the_embedding_spread():
-    engine, data = _watched([{"img/patient_id": 1.5}])
-    with pytest.raises(KeyError, match="EmbeddingSpread"):
-        engine.run(data)
-
-
-def _watched(outputs, batch_size=4, **detector_args):
-    """An engine whose iterations output ``outputs`` (one dict each) for batches of ``batch_size`` images."""
-    engine = Engine(lambda e, batch: outputs[e.state.iteration - 1])
-    detector = CollapseDetector(**detector_args)
-    detector.attach(engine)
-    return engine, [{"image": torch.zeros(batch_size, 1, 8, 8)}] * len(outputs)
-
-
-def test_collapse_detector_acts_after_patience_consecutive_iterations():
-    chance = math.log(2 * 4 - 1)
-    healthy = {"std/img": 0.05, "img/patient_id": 1.5, "img/slice_quantile": 1.2}
-    flat = {"std/img": 1e-5, "img/patient_id": 1.5, "img/slice_quantile": 1.2}
-    at_chance = {"std/img": 0.05, "img/patient_id": chance + 5e-4, "img/slice_quantile": chance - 5e-4}
-    one_at_chance = {**at_chance, "img/slice_quantile": 1.2}
-    # a healthy iteration resets the count: 2 + 1 healthy + 3 collapsed -> raises at iteration 6, not before
-    engine, data = _watched([flat, at_chance, healthy, at_chance, flat, flat, healthy], patience=3)
-    with pytest.raises(RepresentationCollapse, match="iteration 6"):
-        engine.run(data)
-    assert engine.state.collapsed and engine.state.iteration == 6
-    # one meta label at chance is not a collapse
-    engine, data = _watched([one_at_chance] * 5, patience=3)
-    engine.run(data)
-    assert not engine.state.collapsed and engine.state.iteration == 5
-    engine, data = _watched([flat] * 5, patience=2, action="terminate")
-    engine.run(data)
-    assert engine.state.collapsed and engine.state.iteration == 2
-    with pytest.raises(ValueError, match="action"):
-        CollapseDetector(action="warn")
-
-
-def test_encoder_export_loads_into_basic_unet(tmp_path):
-    trainer, net, _ = build(meta_labels=(None,), combiner="mean", pixel=False)
-    EncoderExporter(net, tmp_path / "encoder.pt").attach(trainer)
-    trainer.run()
-    unet = BasicUNet(spatial_dims=2, out_channels=4, features=FEATURES)
-    CheckpointLoader(str(tmp_path / "encoder.pt"), {"model": unet}, strict=False)(trainer)
-    for k, v in net.encoder_state_dict().items():
-        assert torch.equal(unet.state_dict()[k], v), k
-
-
-def test_task_gradients_batched_equals_one_pass_per_loss():
-    from gcl_monai.engines import task_gradients
-
-    # hand-checkable case: L1 = sum(w^2), L2 = 3 w_0, and an unused parameter v (zero gradient for both)
-    w, v = torch.tensor([1.0, -2.0], requires_grad=True), torch.zeros(3, requires_grad=True)
-    for batched in (False, True):
-        losses = [(w * w).sum(), 3 * w[0]]
-        (g1w, g1v), (g2w, g2v) = task_gradients(losses, [w, v], batched=batched)
-        assert torch.equal(g1w, torch.tensor([2.0, -4.0])) and torch.equal(g2w, torch.tensor([3.0, 0.0]))
-        assert torch.equal(g1v, torch.zeros(3)) and torch.equal(g2v, torch.zeros(3))
 
 
 @pytest.mark.parametrize("keep_fraction", [1.0, 0.3])

@@ -1,26 +1,20 @@
-"""Tests of GradMitigator (Algorithm 1 of the GCL paper) and MeanCombiner."""
+"""Tests of GradMitigator (Algorithm 1 of the GCL paper)."""
 
 from __future__ import annotations
 
 import io
 import math
-import warnings
 
 import pytest
 import torch
 
-from gcl_monai.gradients import GradMitigator, MeanCombiner
+from gcl_monai.gradients import GradMitigator
 from gcl_monai.gradients.algorithm1 import algorithm1
-
-SHAPES = [(4, 3, 3), (4,), (2, 4, 2), (5,), (3, 1)]
+from tests.gradients.gradient_helpers import SHAPES, _random_grads
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(a.flatten() @ b.flatten() / (a.norm() * b.norm()))
-
-
-def _random_grads(num_tasks: int, shapes, generator: torch.Generator, dtype=torch.float32):
-    return [[torch.randn(s, generator=generator, dtype=dtype) for s in shapes] for _ in range(num_tasks)]
 
 
 def test_hand_computed_2d_case():
@@ -110,17 +104,6 @@ def test_matches_the_literal_algorithm_1(granularity, min_target):
         acted += int(mitigator.last_acted.sum())
     assert acted > 0  # the comparison covers corrections, not only the plain mean
     assert mitigator.targets.shape == (num_tasks, num_tasks, num_segments)
-
-
-def test_the_literal_algorithm_1_on_the_hand_computed_case():
-    """The reference itself on the 2D case worked by hand in test_hand_computed_2d_case."""
-    targets = torch.zeros(2, 2, 1, dtype=torch.float64)
-    (out,) = algorithm1(
-        [[torch.tensor([1.0, 0.0], dtype=torch.float64)], [torch.tensor([-1.0, 1.0]).double()]], targets, 0.5
-    )
-    expected = torch.tensor([0.25 - 1 / (4 * math.sqrt(7)), 0.75 - 1 / (4 * math.sqrt(7))], dtype=torch.float64)
-    assert torch.allclose(out, expected, atol=1e-12)
-    assert torch.allclose(targets[0, 1], torch.tensor(-1 / (2 * math.sqrt(2)), dtype=torch.float64))
 
 
 def test_global_equals_parameter_for_single_tensor():
@@ -279,26 +262,6 @@ def test_invalid_arguments_and_inputs():
         mitigator.combine([[torch.ones(2)], [torch.ones(3)]])
     with pytest.raises(TypeError):
         mitigator.combine([[torch.ones(2)], [None]])
-
-
-def test_mean_combiner_returns_mean():
-    gen = torch.Generator().manual_seed(9)
-    grads = _random_grads(3, SHAPES, gen)
-    combiner = MeanCombiner(3)
-    out = combiner.combine(grads)
-    for p, o in enumerate(out):
-        assert o.shape == SHAPES[p]
-        assert torch.allclose(o, (grads[0][p] + grads[1][p] + grads[2][p]) / 3, atol=1e-6)
-    assert combiner.summary() == {}
-    state = combiner.state_dict()
-    MeanCombiner(3).load_state_dict(state)
-    with pytest.raises(ValueError, match="num_tasks=3"):
-        MeanCombiner(2).load_state_dict(state)
-    # same scale as GradMitigator: identical when no pair conflicts (targets 0, positive cosines)
-    aligned = [[torch.tensor([1.0, 0.2])], [torch.tensor([1.0, 0.4])]]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert torch.allclose(GradMitigator(2).combine(aligned)[0], MeanCombiner(2).combine(aligned)[0])
 
 
 def _persistent_conflict(mitigator: GradMitigator, steps: int):

@@ -1,9 +1,11 @@
 """EmbeddingSpread: the spread statistics of the image-wise embeddings that tell a collapsed representation."""
 
+import math
 from types import SimpleNamespace
 
 import pytest
 import torch
+from ignite.engine import Engine
 from monai.utils import CommonKeys as Keys
 
 from gcl_monai.handlers import EmbeddingSpread
@@ -35,3 +37,13 @@ def test_the_cosine_is_the_mean_over_distinct_pairs_and_the_spread_the_mean_std(
 
 def test_orthogonal_views_have_cosine_zero():
     assert float(_spread(torch.eye(4) * 2)["cos/img"]) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_embedding_spread_hand_computed():
+    """Four embeddings, two pairs of equal directions: 4 of the 12 ordered pairs have cosine 1, the rest 0; each
+    dimension of the unit vectors is (1, 0, 1, 0) or (0, 1, 0, 1), standard deviation sqrt(1/3)."""
+    engine = Engine(lambda e, b: None)
+    engine.state.output = {"pred": {"img": torch.tensor([[3.0, 0.0], [0.0, 2.0], [0.5, 0.0], [0.0, 7.0]])}}
+    EmbeddingSpread()(engine)
+    assert float(engine.state.output["cos/img"]) == pytest.approx(1 / 3)
+    assert float(engine.state.output["std/img"]) == pytest.approx(math.sqrt(1 / 3))

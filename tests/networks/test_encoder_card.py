@@ -6,18 +6,8 @@ import pytest
 import torch
 from monai.networks.nets import BasicUNet
 
-from gcl_monai.networks import GCLNet, keep_encoder, pretrained_encoder, restore_encoder
-
-FEATURES = (8, 8, 16, 16, 32, 8)
-
-
-@pytest.fixture
-def encoder_pt(tmp_path):
-    torch.manual_seed(0)
-    net = GCLNet(spatial_dims=2, features=FEATURES)
-    path = tmp_path / "encoder.pt"
-    torch.save(net.encoder_state_dict(), path)
-    return path
+from gcl_monai.networks import keep_encoder, pretrained_encoder, restore_encoder
+from tests.networks.network_helpers import FEATURES
 
 
 def test_round_trip_restores_float32_within_bfloat16_rounding(encoder_pt, tmp_path):
@@ -63,31 +53,3 @@ def test_fine_tuning_takes_a_card_or_an_encoder_file(encoder_pt, tmp_path):
     restored = pretrained_encoder(tmp_path / "kept.json", FEATURES, tmp_path / "run")
     state = torch.load(restored, weights_only=True)
     assert restored.endswith("run/kept.pt") and state["down_4.convs.conv_1.conv.weight"].dtype == torch.float32
-
-
-def test_keep_command_writes_a_card_with_the_runs_last_probe(encoder_pt, tmp_path, capsys):
-    from gcl_monai.networks.keep import main
-
-    (encoder_pt.parent / "probe_history.jsonl").write_text(
-        '{"epoch": 1, "dice": 0.31}\n{"epoch": 2, "dice": 0.42, "seconds": 3.0}\n'
-    )
-    out = tmp_path / "models" / "gcl_encoder.pt"
-    assert main([str(encoder_pt), str(out), "--field", "recipe=gcl", "--field", "seed=3", "--field", "terms=a b"]) == 0
-    card = json.loads(out.with_suffix(".json").read_text())
-    assert json.loads(capsys.readouterr().out) == card
-    assert (card["recipe"], card["seed"], card["terms"]) == ("gcl", 3, "a b")
-    assert (card["probe_dice"], card["probe_epoch"]) == (0.42, 2)
-    assert restore_encoder(out.with_suffix(".json"), features=FEATURES).keys() == torch.load(encoder_pt).keys()
-
-
-@pytest.mark.parametrize(
-    "fields, message",
-    [(["seed=1", "seed=2"], "'seed' is given twice"), (["seed"], "is not KEY=VALUE"), (["sha256=x"], "sha256")],
-)
-def test_keep_command_refuses_bad_fields_by_name(encoder_pt, tmp_path, capsys, fields, message):
-    from gcl_monai.networks.keep import main
-
-    argv = [str(encoder_pt), str(tmp_path / "e.pt")] + [a for f in fields for a in ("--field", f)]
-    with pytest.raises(SystemExit):
-        main(argv)
-    assert message in capsys.readouterr().err

@@ -14,8 +14,7 @@ pydicom = pytest.importorskip("pydicom")
 
 from gcl_monai.data.dicom import index_dicom, slice_normal, write_phantom_dicom
 from gcl_monai.data.phantom import synthesize_patient
-
-SIZE = (32, 32)
+from tests.data.dicom.dicom_helpers import SIZE
 
 
 def _phantom(seed: int, i: int, num_patients: int):
@@ -134,21 +133,6 @@ def test_a_trigger_less_stack_with_two_slices_at_one_position_is_refused(tmp_pat
     assert index.skipped[0].reason.startswith("duplicate slice positions without TriggerTime")
 
 
-def test_header_cache_opens_only_changed_files(tmp_path, monkeypatch):
-    from gcl_monai.data.dicom import headers
-
-    write_phantom_dicom(tmp_path / "a", num_patients=1, image_size=SIZE)
-    cache = tmp_path / "cache.json"
-    first = index_dicom(tmp_path / "a", cache_file=cache)
-    opened = []
-    read = headers.read_header
-    monkeypatch.setattr(headers, "read_header", lambda path, kw: opened.append(path) or read(path, kw))
-    again = index_dicom(tmp_path / "a", cache_file=cache)
-    assert opened == [] and [v.files for v in again.volumes] == [v.files for v in first.volumes]
-    index_dicom(tmp_path / "a", keywords=["BodyPartExamined"], cache_file=cache)  # a keyword not cached yet
-    assert len(opened) == sum(len(v.files) for v in first.volumes)
-
-
 # ------------------------------------------------------------------------------------------------------------------
 # pydicom's own test archive (installed with pydicom, no download)
 # ------------------------------------------------------------------------------------------------------------------
@@ -209,20 +193,3 @@ def test_phases_by_rank_when_the_heart_rate_differs_between_slice_locations_and_
     pair = {str(files[0]), str(tmp_path / "copy of first file")}
     (kept,) = pair - set(copy.files)
     assert set(copy.files) < pair and copy.reason == f"the same SOPInstanceUID as {kept} (a copy)"
-
-
-def test_a_file_that_cannot_be_read_is_reported_not_taken_for_non_dicom(tmp_path, monkeypatch):
-    write_phantom_dicom(tmp_path, num_patients=1, image_size=SIZE)
-    broken = min(tmp_path.rglob("IM*"))
-    dcmread = pydicom.dcmread
-
-    def failing(path, *args, **kwargs):
-        if str(path) == str(broken):
-            raise PermissionError(13, "Permission denied")
-        return dcmread(path, *args, **kwargs)
-
-    monkeypatch.setattr(pydicom, "dcmread", failing)
-    index = index_dicom(tmp_path)
-    assert index.non_dicom == []
-    reasons = {f: s.reason for s in index.skipped for f in s.files}
-    assert reasons[str(broken)] == "unreadable (PermissionError: [Errno 13] Permission denied)"

@@ -70,23 +70,3 @@ def test_trainable_parameters_freeze_and_encoder_learning_rate():
     assert [g["lr"] for g in optimizer.param_groups] == [1e-4, 1e-3]
     # a frozen encoder has no group of its own
     assert trainable_parameters(net, freeze_encoder=True, encoder_lr=1e-4) == decoder
-
-
-@pytest.mark.parametrize(
-    ("init", "scale", "lrs"), [("gcl", 0.1, [1e-4, 1e-3]), ("random", 0.1, [1e-3]), ("gcl", 1.0, [1e-3])]
-)
-def test_train_bundle_encoder_lr_scale(init, scale, lrs):
-    from pathlib import Path
-
-    from monai.bundle import ConfigWorkflow
-
-    repo = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
-    workflow = ConfigWorkflow(
-        config_file=str(repo / "bundles" / "gcl_demo" / "configs" / "train.json"),
-        workflow_type=None,
-        init=init,
-        encoder_lr_scale=scale,
-        lr=1e-3,
-    )
-    optimizer = workflow.parser.get_parsed_content("optimizer")
-    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx(lrs)

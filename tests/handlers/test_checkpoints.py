@@ -1,0 +1,77 @@
+"""Atomic checkpoints: complete whenever they exist, the best model replaced never removed first, the latest readable
+checkpoint found."""
+
+from pathlib import Path
+
+import torch
+from ignite.engine import Engine, Events
+
+from gcl_monai.handlers import AtomicCheckpointSaver, latest_checkpoint
+from tests.engines.engine_helpers import build
+
+
+def test_atomic_checkpoints_are_complete_whenever_they_exist(tmp_path, monkeypatch):
+    """
+    While a checkpoint is being written, no file under a checkpoint name is incomplete and (n_saved=2) the
+    previous checkpoint is still there to resume from; this is what a run killed mid-write relies on.
+    """
+    trainer, _, save_dict = build(meta_labels=(None,), combiner="mean", pixel=False)
+    AtomicCheckpointSaver(
+        str(tmp_path), save_dict, save_final=False, save_interval=1, epoch_level=True, n_saved=2
+    ).attach(trainer)
+    save, seen = torch.save, []
+
+    def spying_save(obj, target, *args, **kwargs):
+        seen.append((Path(getattr(target, "name", target)).name, latest_checkpoint(tmp_path)))
+        save(obj, target, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", spying_save)
+    trainer.run()
+    assert [Path(latest).name if latest else None for _, latest in seen] == [
+        None,
+        "checkpoint_epoch=1.pt",
+        "checkpoint_epoch=2.pt",
+    ]
+    assert not any(target.startswith("checkpoint") for target, _ in seen), seen
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_epoch=2.pt", "checkpoint_epoch=3.pt"]
+
+
+def test_best_model_file_is_replaced_never_removed_first(tmp_path, monkeypatch):
+    """A fixed key-metric file name (the fine-tuning's ``model.pt``) always holds the last complete best model."""
+    metric = iter([0.2, 0.5, 0.4, 0.9])
+    engine = Engine(lambda e, batch: None)
+    engine.add_event_handler(Events.EPOCH_COMPLETED, lambda e: e.state.metrics.update(dice=next(metric)))
+    net = torch.nn.Linear(2, 2)
+    AtomicCheckpointSaver(
+        str(tmp_path), {"model": net}, save_key_metric=True, key_metric_name="dice", key_metric_filename="model.pt"
+    ).attach(engine)
+    save, seen = torch.save, []
+
+    def spying_save(obj, target, *args, **kwargs):
+        best = tmp_path / "model.pt"
+        seen.append((Path(target.name).name, torch.load(best)["bias"].tolist() if best.exists() else None))
+        save(obj, target, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", spying_save)
+    biases = []
+    engine.add_event_handler(Events.EPOCH_STARTED, lambda e: biases.append(net.bias.data.add_(1).tolist()))
+    engine.run([0], max_epochs=4)
+    # written at epochs 1, 2 and 4 (better metric), each time to a temporary file while the last best is intact
+    assert [best for _, best in seen] == [None, biases[0], biases[1]]
+    assert not any(name == "model.pt" for name, _ in seen)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+    assert torch.load(tmp_path / "model.pt")["bias"].tolist() == biases[3]
+
+
+def test_latest_checkpoint_skips_truncated_files(tmp_path, caplog):
+    assert latest_checkpoint(tmp_path / "missing") is None
+    torch.save({"epoch": 1}, tmp_path / "checkpoint_epoch=1.pt")
+    torch.save({"epoch": 10}, tmp_path / "checkpoint_epoch=10.pt")
+    full = (tmp_path / "checkpoint_epoch=10.pt").read_bytes()
+    (tmp_path / "checkpoint_epoch=12.pt").write_bytes(full[: len(full) // 2])
+    assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_epoch=10.pt")  # by number, not by name
+    assert "checkpoint_epoch=12.pt" in caplog.text
+    (tmp_path / "checkpoint_epoch=10.pt").write_bytes(b"")
+    assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_epoch=1.pt")
+    torch.save({}, tmp_path / "checkpoint_final_iteration=5.pt")
+    assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_final_iteration=5.pt")

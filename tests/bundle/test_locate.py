@@ -1,6 +1,6 @@
 """Where the bundles are (gcl_monai.bundle.locate.default_bundle_dir): $GCL_BUNDLE_DIR, else the source checkout's
 bundles/, else the copy installed with the distribution (found through its record of installed files), else an error
-naming the places tried. The bundle's own folder (bundle_folder) is tested in tests/bundles/test_bundle_setup.py."""
+naming the places tried; and a bundle's own folder, its bundle_root (bundle_folder)."""
 
 import importlib.metadata
 from pathlib import Path, PurePosixPath
@@ -9,7 +9,7 @@ import pytest
 
 import gcl_monai
 from gcl_monai.bundle import locate
-from gcl_monai.bundle.locate import BUNDLE_DIR_VARIABLE, default_bundle_dir
+from gcl_monai.bundle.locate import BUNDLE_DIR_VARIABLE, bundle_folder, default_bundle_dir
 
 
 class _InstalledFile(PurePosixPath):
@@ -82,3 +82,17 @@ def test_an_install_uses_the_bundles_recorded_with_the_distribution(tmp_path, mo
     monkeypatch.setattr(importlib.metadata, "distribution", not_installed)
     with pytest.raises(FileNotFoundError, match="share/gcl-monai/bundles; set \\$GCL_BUNDLE_DIR or pass --bundle-dir"):
         default_bundle_dir()
+
+
+def test_bundle_folder_is_the_bundle_from_inside_it_and_from_the_repository_root(tmp_path, monkeypatch):
+    """``bundle_root``'s default: ``"."`` inside a bundle (a folder holding ``configs/metadata.json``) or anywhere
+    without the bundle under ``bundles/``, ``bundles/<name>`` from a folder that holds it (the repository root)."""
+    bundle = tmp_path / "bundles" / "gcl_acdc"
+    (bundle / "configs").mkdir(parents=True)
+    (bundle / "configs" / "metadata.json").write_text("{}")
+    monkeypatch.chdir(bundle)
+    assert bundle_folder("gcl_acdc") == "."
+    monkeypatch.chdir(tmp_path)
+    assert bundle_folder("gcl_acdc") == "bundles/gcl_acdc"
+    assert Path(bundle_folder("gcl_acdc"), "configs", "metadata.json").is_file()
+    assert bundle_folder("gcl_prostate") == "."

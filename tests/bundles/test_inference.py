@@ -4,7 +4,6 @@ folder of cases every readable one written, every failure reported by name, a no
 
 from __future__ import annotations
 
-import logging
 import shutil
 from pathlib import Path
 
@@ -13,10 +12,7 @@ import numpy as np
 import pytest
 import torch
 from monai.bundle import ConfigParser
-from monai.data import MetaTensor
 
-from gcl_monai.data import inference_datalist
-from gcl_monai.transforms import RepairNonFinited, SelectFramed
 from tests.bundles.bundle_inference import run_bundle_inference, run_inference
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
@@ -29,51 +25,6 @@ def _nifti(path: Path, data: np.ndarray) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     nib.save(nib.Nifti1Image(data.astype(np.float32), AFFINE), str(path))
     return path
-
-
-def test_inference_datalist_lists_every_frame_of_a_4d_series(tmp_path):
-    rng = np.random.default_rng(0)
-    _nifti(tmp_path / "a.nii.gz", rng.random((8, 8, 3)))
-    _nifti(tmp_path / "sub" / "cine.nii.gz", rng.random((8, 8, 3, 4)))
-    _nifti(tmp_path / "a_gt.nii.gz", rng.random((8, 8, 3)))
-    (tmp_path / "broken.nii.gz").write_bytes(b"not a nifti file")
-    (tmp_path / "notes.txt").write_text("not an image")
-    items = inference_datalist(tmp_path)
-    assert items == [
-        {"image": str(tmp_path / "a.nii.gz")},
-        {"image": str(tmp_path / "broken.nii.gz")},  # listed: its failure is reported by name when loaded
-        *({"image": str(tmp_path / "sub" / "cine.nii.gz"), "frame": t} for t in range(4)),
-    ]
-    assert inference_datalist(tmp_path, frame=2)[-1] == {"image": str(tmp_path / "sub" / "cine.nii.gz"), "frame": 2}
-    with pytest.raises(FileNotFoundError, match="inference folder"):
-        inference_datalist(tmp_path / "missing")
-
-
-def test_select_frame():
-    cine = MetaTensor(
-        torch.arange(3 * 2 * 2 * 2, dtype=torch.float32).reshape(3, 2, 2, 2),
-        meta={"filename_or_obj": "/d/p1_4d.nii.gz"},
-    )
-    out = SelectFramed("image")({"image": cine, "frame": 1})["image"]
-    assert torch.equal(out, cine[1:2]) and out.meta["filename_or_obj"] == "/d/p1_4d_frame01.nii.gz"
-    assert cine.meta["filename_or_obj"] == "/d/p1_4d.nii.gz"
-    assert torch.equal(SelectFramed("image", frame=2)({"image": cine})["image"], cine[2:3])
-    with pytest.raises(ValueError, match=r"p1_4d\.nii\.gz: 3 frames.*--frame 0"):
-        SelectFramed("image")({"image": cine})
-    with pytest.raises(ValueError, match=r"p1_4d\.nii\.gz: frame 5 requested, the image has 3"):
-        SelectFramed("image")({"image": cine, "frame": 5})
-    volume = cine[:1]
-    assert SelectFramed("image")({"image": volume})["image"] is volume
-
-
-def test_non_finite_voxels_are_repaired_with_a_warning_or_refused(caplog):
-    image = MetaTensor(torch.tensor([[[[1.0, float("nan")], [3.0, float("inf")]]]]), meta={"filename_or_obj": "x.nii"})
-    with caplog.at_level(logging.WARNING, logger="gcl_monai.transforms"):
-        out = RepairNonFinited("image")({"image": image})["image"]
-    assert out.flatten().tolist() == [1.0, 1.0, 3.0, 1.0]
-    assert "x.nii: 2 of 4 voxels are NaN or infinite" in caplog.text
-    with pytest.raises(ValueError, match=r"x\.nii: no finite intensity"):
-        RepairNonFinited("image")({"image": torch.full_like(image, float("nan"))})
 
 
 @pytest.fixture(scope="module")

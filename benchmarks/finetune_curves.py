@@ -111,6 +111,8 @@ def plot(outs: list[Path], target: Path) -> Path:
     """
     from matplotlib.figure import Figure
 
+    from gcl_monai.utils import save_figure
+
     curves = read_curves(outs)
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     panels = {"full": fig.add_subplot(1, 2, 1), "few": fig.add_subplot(1, 2, 2)}
@@ -122,8 +124,7 @@ def plot(outs: list[Path], target: Path) -> Path:
         ax.axhline(gate, color="k", linestyle="--", linewidth=1, label=f"gate {gate:.2f}")
         ax.set(title=f"{title}: validation Dice in training", xlabel="iteration", ylabel="mean Dice")
         ax.legend(fontsize="xx-small")
-    fig.savefig(target, dpi=100)
-    return target
+    return save_figure(fig, target, dpi=100)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ from experiments.presets import ALL_LABELLED, METHODS
 from experiments.study.power import ALPHA, POWER, detectable_difference, pairs_needed, spread
 from gcl_monai.diagnose import encoder_weight_ranks, summarise
 from gcl_monai.losses import chance_level
+from gcl_monai.utils import save_figure
 
 __all__ = [
     "VALIDATION_SET",
@@ -428,7 +429,7 @@ def plot_dice_vs_l(rows: Sequence[Mapping[str, Any]], plan: Mapping[str, Any], p
         ax.set_title(f"{plan['data']}: {test_set} set")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     return path
 
 
@@ -499,7 +500,7 @@ def plot_pretrain_curves(curves: Mapping[str, dict], plan: Mapping[str, Any], pa
         ax.legend(fontsize="small")
     axes[0].set_yscale("log")
     axes[2].set_yscale("log")
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     return path
 
 

@@ -17,6 +17,7 @@ from monai.bundle import ConfigParser
 
 from gcl_monai.data import SliceDataset, without_labels
 from gcl_monai.handlers import latest_checkpoint
+from gcl_monai.utils import save_figure
 
 __all__ = ["embed_slices", "load_pretrained", "plot_tsne", "run_tsne"]
 
@@ -82,7 +83,7 @@ def plot_tsne(points: Mapping[str, np.ndarray], labels: Mapping[str, np.ndarray]
             ax.set_xticks([])
             ax.set_yticks([])
             ax.set_title(f"{method}: coloured by {name} ({len(classes)} classes)", fontsize="small")
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     return path
 
 

@@ -21,7 +21,9 @@ send along with the repository, and restores it on the other side:
   same bytes).
 - ``wheels DEST``: the wheels of the packages this project needs beyond PyTorch, NumPy, SciPy, h5py, PyYAML,
   matplotlib and TensorBoard (which GPU images carry), at the versions installed here, for CPython 3.12 on
-  x86-64 Linux (``--python-version`` to change).
+  x86-64 Linux (``--python-version`` to change). nibabel (3.3 MB, the largest) only with ``--with-nibabel``: a
+  ``gpu-run`` comparison reads ACDC's HDF5 without it, the speed benchmark's synthetic dataset and the tests' data
+  are NIfTI.
 
 On the offline machine, ``benchmarks/offline_setup.sh`` installs the wheels into a private folder, unpacks the
 archives and exports ``PYTHONPATH`` and ``GCL_DATA_ROOT`` (docs/benchmark.md, "On an offline GPU machine").
@@ -45,10 +47,14 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["OFFLINE_PACKAGES", "download_wheels", "pack", "unpack"]
+__all__ = ["NIFTI_PACKAGES", "OFFLINE_PACKAGES", "download_wheels", "pack", "unpack"]
 
-#: packages installed from wheels on the offline machine (its image has torch, numpy, scipy, h5py, yaml, ...)
-OFFLINE_PACKAGES = ("monai", "pytorch-ignite", "nibabel", "fire", "termcolor")
+#: packages installed from wheels on the offline machine (its image has torch, numpy, scipy, h5py, yaml, ...): what
+#: ``gpu-run``'s diagnosis and comparison need on ACDC's HDF5 (checked with nibabel blocked, docs/gpu_run.md)
+OFFLINE_PACKAGES = ("monai", "pytorch-ignite", "fire", "termcolor")
+#: what reading and writing NIfTI adds: the speed benchmark's synthetic dataset (``gpu-run``'s speed step, budgets
+#: ``default`` and ``paper``) and the tests' data (``wheels --with-nibabel``)
+NIFTI_PACKAGES = ("nibabel",)
 
 _MANIFEST = "manifest.json"
 _PATIENT = re.compile(r"^patient\d+")
@@ -274,9 +280,11 @@ def finetune_patients_of(returned: Path, data_root: Path) -> list[str]:
         return finetune_patients(work, get_budget(state["budget"]), Path(data_root))
 
 
-def download_wheels(dest: Path, python_version: str = "3.12") -> list[str]:
-    """Download the wheels of :data:`OFFLINE_PACKAGES` at the versions installed here; returns the requirements."""
-    requirements = [f"{name}=={metadata.version(name)}" for name in OFFLINE_PACKAGES]
+def download_wheels(dest: Path, python_version: str = "3.12", nifti: bool = False) -> list[str]:
+    """Download the wheels of :data:`OFFLINE_PACKAGES` (and of :data:`NIFTI_PACKAGES` with ``nifti``) at the versions
+    installed here; returns the requirements."""
+    packages = OFFLINE_PACKAGES + (NIFTI_PACKAGES if nifti else ())
+    requirements = [f"{name}=={metadata.version(name)}" for name in packages]
     platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")]
     subprocess.run(
         [
@@ -321,6 +329,12 @@ def main(argv: list[str] | None = None) -> None:
     w = commands.add_parser("wheels", help="download the wheels the offline machine lacks")
     w.add_argument("dest", type=Path)
     w.add_argument("--python-version", default="3.12")
+    w.add_argument(
+        "--with-nibabel",
+        action="store_true",
+        help="also nibabel (3.3 MB): the speed benchmark's synthetic dataset (gpu-run's speed step: budgets default "
+        "and paper) and the tests' data are NIfTI; a comparison on ACDC's HDF5 needs none",
+    )
     args = parser.parse_args(argv)
     if args.command == "pack":
         patients = None if args.patients_of is None else finetune_patients_of(args.patients_of, args.src.parent)
@@ -332,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "unpack":
         print(f"{args.dest}: {len(unpack(args.archive, args.dest))} files restored from {args.archive}")
     else:
-        for requirement in download_wheels(args.dest, args.python_version):
+        for requirement in download_wheels(args.dest, args.python_version, args.with_nibabel):
             print(requirement)
 
 

@@ -47,10 +47,11 @@ from gcl_monai.networks import ENCODER_PREFIXES
 
 __all__ = ["rehearse"]
 
-#: the wheels of ``.offline/wheels``, the whole ACDC payload (``experiments.gpu_session.offline_payload pack``: every
-#: patient, what a first session's pre-trainings read) and the payload cut to the fine-tuning's patients of the default
-#: budget (``pack --patients-of``), as measured (docs/gpu_run.md, "On a fresh machine")
-WHEELS_BYTES = 5_500_000
+#: the wheels of ``.offline/wheels`` (``offline_payload wheels``, without nibabel: 2,172,898 bytes on 2026-11-28), the
+#: whole ACDC payload (``experiments.gpu_session.offline_payload pack``: every patient, what a first session's
+#: pre-trainings read) and the payload cut to the fine-tuning's patients of the default budget (``pack
+#: --patients-of``), as measured (docs/gpu_run.md, "On a fresh machine" and "Travel budget")
+WHEELS_BYTES = 2_200_000
 FULL_PAYLOAD_BYTES = 44_500_000
 CUT_PAYLOAD_BYTES = 21_500_000
 #: the most a rehearsal waits for one stage (tiny sizes take a few minutes on two busy CPU cores)

@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from monai.utils import optional_import
+
 from experiments.bundles import default_bundle_dir
 from experiments.cells import labelled_subset
 from experiments.experiment import DATASETS, Experiment
@@ -157,6 +159,11 @@ def run_speed(work: Path, budget: GpuRunBudget) -> tuple[str, str]:
     root = checkout_root()
     if root is None:
         return "skipped", "benchmarks/ is not beside the package (an installed copy): run from a checkout"
+    if not optional_import("nibabel")[1]:
+        return "failed", (
+            "nibabel is not installed: the loader benchmark writes its synthetic dataset as NIfTI (make the wheels "
+            "with offline_payload wheels --with-nibabel)"
+        )
     out = speed_file(work, budget)
     argv = [
         sys.executable,

@@ -27,7 +27,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-import nibabel as nib
 import numpy as np
 
 from gcl_monai.data.acdc import ACDC_GROUPS
@@ -338,6 +337,8 @@ def _bias_field(p: _Patient, rng: np.random.Generator, x: np.ndarray, y: np.ndar
 def _write_patient(
     folder: Path, name: str, info: dict[str, object], frames: dict[int, tuple[np.ndarray, np.ndarray]]
 ) -> None:
+    import nibabel as nib  # here, not at the top: code that imports the phantom without writing one needs no nibabel
+
     folder.mkdir(parents=True, exist_ok=True)
     lines = [f"{key}: {info[key]}" for key in ("ED", "ES", "Group", "Height", "NbFrame", "Weight")]
     (folder / "Info.cfg").write_text("\n".join(lines) + "\n")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from gcl_monai.losses import chance_level
+from gcl_monai.utils import save_figure
 
 __all__ = ["DiagnosisSummary", "summarise", "write_diagnosis"]
 
@@ -234,7 +235,7 @@ def _plot(rows: Sequence[Mapping[str, float]], summary: DiagnosisSummary, path: 
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize="x-small")
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def write_diagnosis(

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gcl_monai.utils import save_figure
+
 __all__ = ["chosen_length", "method_of", "read_history", "write_curves"]
 
 
@@ -108,7 +110,7 @@ def write_curves(
     ax.set_ylabel("probe Dice (cross-validated)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=120)
+    save_figure(fig, out / "curves.png", dpi=120)
     plt.close(fig)
     return md
 

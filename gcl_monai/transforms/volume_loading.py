@@ -9,6 +9,7 @@ import numpy as np
 from monai.config import DtypeLike, KeysCollection
 from monai.data import NibabelReader
 from monai.transforms import LoadImaged
+from monai.utils import OptionalImportError
 
 from gcl_monai.transforms.h5_reader import H5Reader
 
@@ -25,7 +26,9 @@ class LoadVolumed(LoadImaged):
 
     MONAI's ``LoadImage`` constructs each of its default readers; with pydicom installed its
     ``NvImgCodecPydicomReader`` warns at every construction that the nvImageCodec plugin did not register, which is
-    irrelevant to NIfTI and HDF5: that one warning is silenced while the loader is built, no other.
+    irrelevant to NIfTI and HDF5: that one warning is silenced while the loader is built, no other. Without nibabel
+    ``NibabelReader`` is left out, as ``LoadImage`` leaves out a default reader whose package is missing: HDF5 volumes
+    load as before (a GPU session's wheels carry no nibabel: docs/gpu_run.md).
 
     Args:
         keys: keys of the file names to load.
@@ -38,5 +41,8 @@ class LoadVolumed(LoadImaged):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="NvImgCodecPydicomReader", category=UserWarning)
             super().__init__(keys=keys, dtype=dtype, image_only=image_only, **kwargs)
-        self.register(NibabelReader())
+        try:
+            self.register(NibabelReader())
+        except OptionalImportError:  # no nibabel: skipped, as LoadImage skips its default readers (HDF5 needs none)
+            pass
         self.register(H5Reader())

@@ -6,8 +6,11 @@ set -euo pipefail
 OUT="${OUT:-docs/results/finetune-curves-r4_acdc}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 CONFIGS="['bundles/gcl_acdc/configs/train.json','bundles/gcl_acdc/configs/evaluate.json']"
-for run in "$OUT"/runs/*_defaults_*/; do
+for run in "$OUT"/runs/f*_defaults_Lfull_d0_s0/; do
     run="${run%/}"
+    fold="$(basename "$run" | sed 's/^f\([0-9]*\)_.*/\1/')"
+    # only a finished run (its rows are in curves.csv), whose kept model is final, and only once
+    grep -q "^$fold,defaults,full,0,0,2500," "$OUT/curves.csv" || continue
     [[ -f "$run/model/model.pt" && ! -f "$run/model/eval/dice.json" ]] || continue
     python -m monai.bundle run --config_file "$CONFIGS" --split_file "$run/split.json" --test_split val \
         --work_dir "$run/model" --ckpt_dir "$run/model" --output_dir "$run/model" --num_workers 0 --init random \

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -23,6 +24,7 @@ __all__ = [
     "keys_read",
     "parse_bundle_item",
     "run_bundle",
+    "stacked_config",
 ]
 
 logger = logging.getLogger("experiments")
@@ -39,8 +41,13 @@ def config_files(bundle: Path, config: str) -> list[str]:
 
 
 def bundle_config(bundle: Path, config: str) -> dict[str, Any]:
-    """The config a run of ``config`` reads as a dict: its files merged as MONAI merges them (not parsed: no
-    expression is evaluated)."""
+    """``<bundle>/configs/<config>.json`` alone as a dict (not parsed: no expression is evaluated)."""
+    return json.loads((Path(bundle) / "configs" / f"{config}.json").read_text())
+
+
+def stacked_config(bundle: Path, config: str) -> dict[str, Any]:
+    """The config a run of ``config`` reads as a dict: the files of its stack (:py:func:`config_files`) merged as
+    MONAI merges them (not parsed)."""
     return ConfigParser.load_config_files(config_files(bundle, config))
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.bundles import bundle_config, keys_read
+from experiments.bundles import bundle_config, keys_read, stacked_config
 from experiments.done import finetune_done, pretrain_done, trained
 from experiments.experiment import (
     DATASETS,
@@ -172,7 +172,7 @@ def _bundle_reads(experiment: Experiment) -> tuple[list[str], set[str]]:
     ``lr``, does not).
     """
     source, data = _bundle(experiment, experiment.source), _bundle(experiment, experiment.data)
-    return bundle_config(source, "pretrain")["meta_labels"], keys_read(bundle_config(data, "evaluate"))
+    return bundle_config(source, "pretrain")["meta_labels"], keys_read(stacked_config(data, "evaluate"))
 
 
 def _plan_cells(

@@ -28,7 +28,7 @@ class LoadVolumed(LoadImaged):
     ``NvImgCodecPydicomReader`` warns at every construction that the nvImageCodec plugin did not register, which is
     irrelevant to NIfTI and HDF5: that one warning is silenced while the loader is built, no other. Without nibabel
     ``NibabelReader`` is left out, as ``LoadImage`` leaves out a default reader whose package is missing: HDF5 volumes
-    load as before (a GPU session's wheels carry no nibabel: docs/gpu_run.md).
+    load as before on a machine that has no nibabel.
 
     Args:
         keys: keys of the file names to load.

@@ -15,17 +15,16 @@ __all__ = ["atomic_write"]
 def atomic_write(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
     """Yields a path beside ``path`` to write; leaving the block without an error moves it onto ``path``.
 
-    The move is :func:`os.replace` on one file system, so a reader (another run, a resumed one, a copy to a
-    time-limited GPU session) sees the old ``path`` or the new one, never a part, and a run cut off while writing
-    leaves ``path`` as it was.
+    The move is :func:`os.replace` on one file system, so a reader (another run, a resumed one, a copy of the
+    folder) sees the old ``path`` or the new one, never a part, and a run cut off while writing leaves ``path`` as it
+    was.
     On an error the partial file (or folder) is removed and the error goes on. The parent folders are created.
 
     Args:
         path: the file (or a folder that does not exist yet) to write.
         suffix: how the partial name ends, ``.NAME.PID`` + ``suffix``: the process id keeps runs that write the same
-            path at once apart; the default ``.tmp`` is the ending that the records and the GPU pack leave out
-            (:mod:`experiments.gpu_session.records`, :mod:`experiments.gpu_session.pack`). A writer that picks its
-            format by the name (SimpleITK) is given the real extension instead, e.g. ``".nii.gz"``.
+            path at once apart; the default ``.tmp`` is an ending that a copier of the folder can leave out. A writer
+            that picks its format by the name (SimpleITK) is given the real extension instead, e.g. ``".nii.gz"``.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

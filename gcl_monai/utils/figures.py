@@ -1,7 +1,7 @@
 """
 Figures as compact PNGs: a plot has few colours (its lines, markers and text on white, with their anti-aliased
-edges), so a 256-colour palette holds it in about a third of the bytes of matplotlib's RGBA PNG. The tracked plots
-matter: every tracked file travels with each GPU session's checkout (docs/gpu_run.md, "Travel budget").
+edges), so a 256-colour palette holds it in about a third of the bytes of matplotlib's RGBA PNG, which matters for
+plots kept in a repository, where every clone and copy of the checkout carries them.
 
 ``python -m gcl_monai.utils.figures FILE.png ...`` re-encodes PNGs already written (in place; a palette PNG, or one
 that the palette would change visibly, is left as it is).

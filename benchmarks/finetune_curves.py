@@ -106,18 +106,20 @@ def read_curves(outs: list[Path]) -> dict[tuple[str, str], list[tuple[int, float
 def plot(outs: list[Path], target: Path) -> Path:
     """
     Validation Dice against iterations of every run in ``outs`` (rounds of this driver), one panel for full supervision
-    and one for the L draws, each with its gate (issue 53: full supervision 0.90; random initialisation 0.68 at
-    L = 2), so that a plateau below a gate is seen as such.
+    and one for the L draws (only those with runs), each with its gate (issue 53: full supervision 0.90; random
+    initialisation 0.68 at L = 2), so that a plateau below a gate is seen as such.
     """
     from matplotlib.figure import Figure
 
     from gcl_monai.utils import save_figure
 
     curves = read_curves(outs)
-    fig = Figure(figsize=(12, 4.5), layout="constrained")
-    panels = {"full": fig.add_subplot(1, 2, 1), "few": fig.add_subplot(1, 2, 2)}
+    kinds = {key: "full" if " L=full " in key[1] else "few" for key in curves}
+    shown = [name for name in ("full", "few") if name in kinds.values()]
+    fig = Figure(figsize=(6 * len(shown), 4.5), layout="constrained")
+    panels = {name: fig.add_subplot(1, len(shown), i + 1) for i, name in enumerate(shown)}
     for (round_name, run), points in curves.items():
-        ax = panels["full" if " L=full " in run else "few"]
+        ax = panels[kinds[round_name, run]]
         ax.plot(*zip(*points), marker="o", markersize=3, label=f"{round_name}: {run}")
     for name, ax in panels.items():
         gate, title = (0.90, "full supervision") if name == "full" else (0.68, "few labels, random init.")

@@ -80,6 +80,10 @@ def test_curves_of_several_rounds_are_read_per_run_in_iteration_order_and_plotte
     assert main(["plot", str(tmp_path / "r1"), str(tmp_path / "r2"), "--to", str(figure)]) == 0
     with Image.open(figure) as image:
         assert image.size == (1200, 450)
+    # rounds of full supervision alone: one panel, no empty few-label axes
+    assert main(["plot", str(tmp_path / "r2"), "--to", str(figure)]) == 0
+    with Image.open(figure) as image:
+        assert image.size == (600, 450)
 
 
 def test_subcommands_answer_help_instead_of_reading_it_as_a_folder(capsys):

@@ -12,7 +12,9 @@ Each run is the bundle's own ``train.json`` (``python -m monai.bundle run``) wit
 every ``--val-every`` iterations (``iterations_per_epoch``; cosine decay over the whole budget); the validation Dice of
 every validation (mean 3D Dice over the fold's volumes, ED and ES) is parsed from the run's log and appended to
 ``<out>/curves.csv`` (fold, recipe, labelled, draw, seed, iteration, val_dice, finetune_iterations). A run whose rows
-are complete is skipped, so the driver resumes where it stopped.
+are complete is skipped, and an interrupted one continues from its last epoch's checkpoint (the bundle's
+``--resume True``; its log is appended to), so the driver resumes where it stopped; a run folder whose checkpoints
+came from another command is refused, naming it.
 
 ``collect`` gathers the evaluation of each finished run's kept model on its fold's validation patients (the bundle's
 ``evaluate.json`` on top of its ``train.json``, with ``--test_split val``: ``runs/<run>/model/eval/dice.json``) into
@@ -65,6 +67,22 @@ def fold_split(base: dict, folds: int, fold: int, pool: int, seed: int = 0) -> d
         "val": [d for d in entries if d["patient"] in val],
         "test": base["test"],
     }
+
+
+def validation_curve(log: str) -> list[tuple[int, str]]:
+    """(epoch, validation Dice) of every validation in a run's log, in epoch order; an epoch validated twice (a run
+    stopped after its validation, before its checkpoint, and resumed) counts once, with its later value."""
+    return sorted({int(epoch): dice for epoch, dice in VAL_DICE.findall(log)}.items())
+
+
+def check_same_command(run: Path, command: list[str]) -> None:
+    """Refuses to resume ``run`` with ``command`` when its checkpoints were written by another command
+    (``run/command.json``): the overrides, budget or checkout differ, so continuing would mix two runs."""
+    previous = run / "command.json"
+    if list((run / "model").glob("checkpoint*.pt")) and (
+        not previous.is_file() or json.loads(previous.read_text()) != command
+    ):
+        raise SystemExit(f"{run} holds checkpoints of another command ({previous}); remove the folder to rerun it.")
 
 
 def _done(out: Path, key: dict, validations: int) -> bool:
@@ -182,12 +200,13 @@ def main(argv: list[str] | None = None) -> int:
         "--split_file", str(run / "split.json"), "--work_dir", str(run), "--output_dir", str(run / "model"),
         "--ckpt_dir", str(run / "released"), "--num_workers", "0", "--progress_bar", "False",
         "--epochs", str(validations), "--iterations_per_epoch", str(args.val_every), "--val_interval", "1",
-        *overrides,
+        "--resume", "True", *overrides,
     ]  # fmt: skip
+    check_same_command(run, command)
     (run / "command.json").write_text(json.dumps(command, indent=1))
-    with (run / "log.txt").open("w") as log:
+    with (run / "log.txt").open("a") as log:
         code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-    found = VAL_DICE.findall((run / "log.txt").read_text())
+    found = validation_curve((run / "log.txt").read_text())
     if code or len(found) != validations:
         raise SystemExit(f"run failed (exit {code}, {len(found)} of {validations} validations): {run / 'log.txt'}")
     rows = out / "curves.csv"
@@ -197,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         if new:
             writer.writeheader()
         for epoch, dice in found:
-            it = int(epoch) * args.val_every
+            it = epoch * args.val_every
             writer.writerow({**key, "iteration": it, "val_dice": dice, "finetune_iterations": args.iterations})
     print(f"{key}: last {found[-1][1]}, best {max(float(d) for _, d in found):.4f}")
     return 0

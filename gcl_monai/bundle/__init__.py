@@ -11,6 +11,7 @@ from gcl_monai.bundle.locate import bundle_folder
 from gcl_monai.bundle.run_options import (
     MATMUL_PRECISIONS,
     check_overlay,
+    check_resume,
     check_switches,
     first_enabled,
     if_enabled,
@@ -31,6 +32,7 @@ __all__ = [
     "MATMUL_PRECISIONS",
     "check_dataset_dir",
     "check_overlay",
+    "check_resume",
     "check_switches",
     "default_device",
     "default_num_workers",

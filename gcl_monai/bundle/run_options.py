@@ -17,6 +17,7 @@ T = TypeVar("T")
 __all__ = [
     "MATMUL_PRECISIONS",
     "check_overlay",
+    "check_resume",
     "check_switches",
     "first_enabled",
     "if_enabled",
@@ -43,6 +44,22 @@ def check_switches(**switches: object) -> None:
         raise ValueError(
             f"on/off switches must be True or False, got {shown}; on the command line write e.g. "
             f"--{next(iter(bad))} False (capitalised, a Python literal)."
+        )
+
+
+def check_resume(resume: bool, semi_supervised: str | None) -> None:
+    """
+    Refuses ``resume`` for a semi-supervised fine-tuning: the trainer's checkpoint holds the network, optimiser,
+    schedule, engine state and the best-model tracking, not the switches' EMA teacher or the position in the
+    unlabelled stream, so such a run would not continue as it would have uninterrupted.
+
+    Raises:
+        ValueError: ``resume`` is on and ``semi_supervised`` names a switch.
+    """
+    if resume and semi_supervised is not None:
+        raise ValueError(
+            f"resume=True is not available with semi_supervised={semi_supervised!r}: its teacher and unlabelled "
+            "stream are not checkpointed; run it afresh (resume False)."
         )
 
 

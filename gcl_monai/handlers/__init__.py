@@ -1,6 +1,6 @@
 from gcl_monai.engines.gradient_contract import GradientCombinerHandler  # the handler of the gradient contract
 
-from .checkpoints import AtomicCheckpointSaver, latest_checkpoint
+from .checkpoints import AtomicCheckpointSaver, latest_checkpoint, remove_checkpoints
 from .collapse import CollapseDetector, RepresentationCollapse
 from .dice_summary import DiceSummary
 from .distributed import BroadcastParameters, EpochLengthAdapter
@@ -13,6 +13,7 @@ from .shrink_perturb import ShrinkPerturb
 __all__ = [
     "AtomicCheckpointSaver",
     "latest_checkpoint",
+    "remove_checkpoints",
     "CollapseDetector",
     "RepresentationCollapse",
     "DiceSummary",

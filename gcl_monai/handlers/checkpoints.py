@@ -11,7 +11,7 @@ from pathlib import Path
 from ignite.handlers import DiskSaver
 from monai.handlers import CheckpointSaver
 
-__all__ = ["AtomicCheckpointSaver", "latest_checkpoint"]
+__all__ = ["AtomicCheckpointSaver", "latest_checkpoint", "remove_checkpoints"]
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +29,10 @@ class AtomicCheckpointSaver(CheckpointSaver):
     (``final_filename``, ``key_metric_filename``, e.g. the best ``model.pt``) is replaced by the rename, never
     removed first, so it always holds the last complete checkpoint. The arguments are those of
     :py:class:`monai.handlers.CheckpointSaver`.
+
+    With ``save_key_metric``, :py:meth:`state_dict` gives the key-metric tracking list (the best score kept so
+    far and its file), which MONAI's ``load_state_dict`` restores: a trainer's checkpoint that holds the
+    validator's saver resumes without replacing the best model by a worse one.
     """
 
     def __init__(self, save_dir: str, *args, **kwargs) -> None:
@@ -36,6 +40,17 @@ class AtomicCheckpointSaver(CheckpointSaver):
         for checkpoint in (self._interval_checkpoint, self._final_checkpoint, self._key_metric_checkpoint):
             if checkpoint is not None:
                 checkpoint.save_handler = _AtomicDiskSaver(save_dir, checkpoint.save_handler.filename)
+
+    def state_dict(self) -> dict:
+        """The key-metric tracking list (ignite's ``Checkpoint.state_dict``), the counterpart of
+        :py:meth:`monai.handlers.CheckpointSaver.load_state_dict`.
+
+        Raises:
+            ValueError: the saver keeps no key-metric checkpoint, so it has no state to save.
+        """
+        if self._key_metric_checkpoint is None:
+            raise ValueError("AtomicCheckpointSaver.state_dict: only a saver with save_key_metric=True has a state.")
+        return self._key_metric_checkpoint.state_dict()
 
 
 class _AtomicDiskSaver(DiskSaver):
@@ -75,3 +90,17 @@ def latest_checkpoint(folder: str | os.PathLike, prefix: str = "checkpoint") -> 
             return path
         logger.warning("Skipping incomplete checkpoint %s (not a complete torch.save archive).", path)
     return None
+
+
+def remove_checkpoints(folder: str | os.PathLike, prefix: str = "checkpoint") -> list[str]:
+    """
+    Removes the resumption checkpoints (``prefix*.pt``) an earlier run left in ``folder``, with a warning naming
+    them, and returns their paths: a run that starts afresh in a used folder must not leave an earlier run's more
+    advanced checkpoint for :py:func:`latest_checkpoint` to resume later. Other files (the kept ``model.pt``) stay.
+    """
+    removed = sorted(str(path) for path in Path(folder).glob(f"{prefix}*.pt")) if Path(folder).is_dir() else []
+    for path in removed:
+        Path(path).unlink()
+    if removed:
+        logger.warning("Starting afresh (resume is off): removed the earlier run's checkpoints %s.", removed)
+    return removed

@@ -616,6 +616,76 @@ def test_killed_pretraining_resumes_bit_for_bit(tmp_path):
         assert torch.equal(a[k], b[k]), k
 
 
+class _Crash(RuntimeError):
+    """Stands for a run killed between two epochs."""
+
+
+def _fine_tune(root, crash_after=None, **override):
+    """``train.json`` of the demo bundle, random init., 4 epochs; ``crash_after``: stop with an error after that
+    epoch's checkpoint is written (a handler attached after the bundle's own), as a killed run would."""
+    files = [str(DEMO / "train.json")]
+    args = {**TINY_FT, "init": "random", "epochs": 4, **override}
+    wf = ConfigWorkflow(config_file=files, workflow_type=None, bundle_root=str(root), run_id="run", **args)
+    wf.initialize()
+    if crash_after is not None:
+
+        def crash(engine):
+            raise _Crash(f"stopped after epoch {engine.state.epoch}")
+
+        class CrashAfter:  # attached with the bundle's checkpoint handlers, after its saver
+            def attach(self, engine):
+                engine.add_event_handler(Events.EPOCH_COMPLETED(once=crash_after), crash)
+
+        wf.parser.get_parsed_content("train#checkpoint_handlers").append(CrashAfter())
+        with pytest.raises(RuntimeError) as raised:  # MONAI wraps what the run expression raised
+            wf.run()
+        assert isinstance(raised.value.__cause__, _Crash)
+        return wf
+    wf.run()
+    wf.finalize()
+    return wf
+
+
+def test_fine_tuning_resumes_bit_for_bit(tmp_path):
+    """``--resume True`` continues a run stopped after its second epoch from its last checkpoint: the same weights,
+    the same kept model and the same best-model tracking as the uninterrupted run."""
+    full = _fine_tune(tmp_path / "full")
+    stopped = _fine_tune(tmp_path / "stopped", crash_after=2)
+    out = tmp_path / "stopped" / "outputs" / "finetune" / "random_L1_d0_s0"
+    assert sorted(p.name for p in out.glob("checkpoint*.pt")) == ["checkpoint_epoch=1.pt", "checkpoint_epoch=2.pt"]
+    assert stopped.parser.get_parsed_content("train#trainer").state.epoch == 2
+    resumed = _fine_tune(tmp_path / "stopped", resume=True)
+    assert resumed.parser.get_parsed_content("train#trainer").state.iteration == 4 * TINY_FT["iterations_per_epoch"]
+    a, b = (wf.parser.get_parsed_content("network").state_dict() for wf in (full, resumed))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    roots = (tmp_path / "full", tmp_path / "stopped")
+    kept = [torch.load(root / "models" / "model.pt", weights_only=True) for root in roots]
+    assert all(torch.equal(kept[0][k], kept[1][k]) for k in kept[0])
+    tracking = [wf.parser.get_parsed_content("validate#checkpointer").state_dict() for wf in (full, resumed)]
+    assert tracking[0] == tracking[1] and tracking[0]["_saved"]
+    # a finished run resumed again trains no further and keeps its model
+    again = _fine_tune(tmp_path / "stopped", resume=True)
+    assert again.parser.get_parsed_content("train#trainer").state.iteration == 4 * TINY_FT["iterations_per_epoch"]
+    assert all(torch.equal(b[k], v) for k, v in again.parser.get_parsed_content("network").state_dict().items())
+    assert all(torch.equal(kept[1][k], v) for k, v in torch.load(roots[1] / "models" / "model.pt").items())
+
+
+def test_fine_tuning_afresh_removes_an_earlier_runs_checkpoints(tmp_path):
+    """Without ``resume`` a run in a used folder starts from scratch and removes the earlier run's checkpoints, so
+    that a later ``--resume True`` cannot pick up a more advanced checkpoint of another run."""
+    _fine_tune(tmp_path, crash_after=3)
+    out = tmp_path / "outputs" / "finetune" / "random_L1_d0_s0"
+    assert (out / "checkpoint_epoch=3.pt").is_file()
+    _fine_tune(tmp_path, crash_after=1)
+    assert sorted(p.name for p in out.glob("checkpoint*.pt")) == ["checkpoint_epoch=1.pt"]
+
+
+def test_resume_is_refused_for_semi_supervised_fine_tuning(tmp_path):
+    with pytest.raises(RuntimeError) as raised:
+        _fine_tune(tmp_path, resume=True, semi_supervised="mean_teacher")
+    assert any("resume=True is not available with semi_supervised='mean_teacher'" in m for m in _messages(raised.value))
+
+
 def test_views_on_device_pretrains_through_the_bundle(tmp_path):
     """views_on_device: the loader delivers un-augmented slices and the engine draws the two views on the device."""
     wf = _run("pretrain.json", "pretrain", tmp_path, **TINY, views_on_device=True)

@@ -1,11 +1,13 @@
 """What a bundle config calls on its run options (gcl_monai.bundle.run_options): switches refused unless boolean,
-components switched on or off, an overlay run without its base refused, the matmul precision, the training loss."""
+components switched on or off, an overlay run without its base refused, resume refused where it cannot continue,
+the matmul precision, the training loss."""
 
 import pytest
 import torch
 
 from gcl_monai.bundle import (
     check_overlay,
+    check_resume,
     check_switches,
     first_enabled,
     if_enabled,
@@ -31,6 +33,13 @@ def test_check_overlay_refuses_an_overlay_run_alone():
     message = r"evaluate.json is an overlay on train.json: .*\['configs/train.json','configs/evaluate.json'\]"
     with pytest.raises(ValueError, match=message + r".*loaded \['evaluate.json'\]"):
         check_overlay(["evaluate.json"], overlay="evaluate.json", base="train.json")
+
+
+def test_check_resume_refuses_a_semi_supervised_run_only():
+    check_resume(True, None)
+    check_resume(False, "mean_teacher")
+    with pytest.raises(ValueError, match=r"resume=True is not available with semi_supervised='vat'"):
+        check_resume(True, "vat")
 
 
 def test_set_float32_matmul_precision_refuses_a_value_torch_would_ignore():

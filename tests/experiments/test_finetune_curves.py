@@ -6,7 +6,15 @@ from collections import Counter
 
 import pytest
 
-from benchmarks.finetune_curves import FIELDS, collect, fold_split, main, read_curves
+from benchmarks.finetune_curves import (
+    FIELDS,
+    check_same_command,
+    collect,
+    fold_split,
+    main,
+    read_curves,
+    validation_curve,
+)
 
 
 def _base():
@@ -92,3 +100,19 @@ def test_subcommands_answer_help_instead_of_reading_it_as_a_folder(capsys):
             main([command, "--help"])
         assert stop.value.code == 0
         assert f"finetune_curves {command}" in capsys.readouterr().out
+
+
+def test_a_resumed_runs_log_gives_each_validation_once_with_its_later_value():
+    line = "2026-11-28 12:00:00,000 - INFO - Epoch[{}] Metrics -- val_mean_dice: {} \n"
+    log = "".join(line.format(e, d) for e, d in ((1, "0.5"), (2, "0.6"), (2, "0.61"), (3, "0.7")))
+    assert validation_curve(log) == [(1, "0.5"), (2, "0.61"), (3, "0.7")]
+
+
+def test_resuming_a_run_folder_of_another_command_is_refused(tmp_path):
+    (tmp_path / "model").mkdir()
+    check_same_command(tmp_path, ["run", "--lr", "0.001"])  # no checkpoint yet: anything goes
+    (tmp_path / "command.json").write_text(json.dumps(["run", "--lr", "0.001"]))
+    (tmp_path / "model" / "checkpoint_epoch=2.pt").write_bytes(b"")
+    check_same_command(tmp_path, ["run", "--lr", "0.001"])
+    with pytest.raises(SystemExit, match="holds checkpoints of another command"):
+        check_same_command(tmp_path, ["run", "--lr", "0.01"])

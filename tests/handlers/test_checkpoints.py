@@ -3,10 +3,11 @@ checkpoint found."""
 
 from pathlib import Path
 
+import pytest
 import torch
 from ignite.engine import Engine, Events
 
-from gcl_monai.handlers import AtomicCheckpointSaver, latest_checkpoint
+from gcl_monai.handlers import AtomicCheckpointSaver, latest_checkpoint, remove_checkpoints
 from tests.engines.engine_helpers import build
 
 
@@ -75,3 +76,41 @@ def test_latest_checkpoint_skips_truncated_files(tmp_path, caplog):
     assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_epoch=1.pt")
     torch.save({}, tmp_path / "checkpoint_final_iteration=5.pt")
     assert latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_final_iteration=5.pt")
+
+
+def test_saver_state_keeps_the_best_model_across_a_resumption(tmp_path):
+    """The key-metric tracking list saved by ``state_dict`` and loaded into a new saver (a resumed run): a later
+    worse score does not replace the kept model, a better one does."""
+    net = torch.nn.Linear(2, 2)
+
+    def run(scores, tag, state=None):
+        metric = iter(scores)
+        engine = Engine(lambda e, batch: None)
+        engine.add_event_handler(Events.EPOCH_COMPLETED, lambda e: e.state.metrics.update(dice=next(metric)))
+        saver = AtomicCheckpointSaver(
+            str(tmp_path), {"model": net}, save_key_metric=True, key_metric_name="dice", key_metric_filename="model.pt"
+        )
+        if state is not None:
+            saver.load_state_dict(state)
+        saver.attach(engine)
+        engine.add_event_handler(Events.EPOCH_STARTED, lambda e: net.bias.data.fill_(tag * 10 + e.state.epoch))
+        engine.run([0], max_epochs=len(scores))
+        return saver.state_dict()
+
+    state = run([0.3, 0.7], tag=1)
+    assert [priority for priority, _ in state["_saved"]] == [0.7]
+    run([0.5], tag=2, state=state)  # worse than the kept 0.7: model.pt stays the first run's epoch 2
+    assert torch.load(tmp_path / "model.pt")["bias"].tolist() == [12.0, 12.0]
+    assert [priority for priority, _ in run([0.4, 0.9], tag=3, state=state)["_saved"]] == [0.9]
+    assert torch.load(tmp_path / "model.pt")["bias"].tolist() == [32.0, 32.0]  # its epoch 2 beat 0.7
+    with pytest.raises(ValueError, match="only a saver with save_key_metric=True has a state"):
+        AtomicCheckpointSaver(str(tmp_path), {"model": net}, save_interval=1).state_dict()
+
+
+def test_remove_checkpoints_leaves_other_files(tmp_path):
+    for name in ("checkpoint_epoch=3.pt", "checkpoint_epoch=4.pt", "model.pt", "notes.txt"):
+        (tmp_path / name).write_text("x")
+    removed = remove_checkpoints(tmp_path)
+    assert [Path(p).name for p in removed] == ["checkpoint_epoch=3.pt", "checkpoint_epoch=4.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt", "notes.txt"]
+    assert remove_checkpoints(tmp_path / "absent") == []

@@ -8,7 +8,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from ignite.handlers import DiskSaver
+from ignite.handlers import Checkpoint, DiskSaver
 from monai.handlers import CheckpointSaver
 
 __all__ = ["AtomicCheckpointSaver", "latest_checkpoint", "remove_checkpoints"]
@@ -30,16 +30,25 @@ class AtomicCheckpointSaver(CheckpointSaver):
     removed first, so it always holds the last complete checkpoint. The arguments are those of
     :py:class:`monai.handlers.CheckpointSaver`.
 
+    ``adopt_existing``: the interval checkpoints already in ``save_dir`` (``checkpoint_epoch=<n>.pt``, or
+    ``iteration=``; those of the run this one resumes) count among the ``n_saved`` kept, so that a resumed run
+    removes them in turn instead of leaving them behind; without it each resumption would keep its starting
+    checkpoint for good.
+
     With ``save_key_metric``, :py:meth:`state_dict` gives the key-metric tracking list (the best score kept so
     far and its file), which MONAI's ``load_state_dict`` restores: a trainer's checkpoint that holds the
     validator's saver resumes without replacing the best model by a worse one.
     """
 
-    def __init__(self, save_dir: str, *args, **kwargs) -> None:
+    def __init__(self, save_dir: str, *args, adopt_existing: bool = False, **kwargs) -> None:
         super().__init__(save_dir, *args, **kwargs)
         for checkpoint in (self._interval_checkpoint, self._final_checkpoint, self._key_metric_checkpoint):
             if checkpoint is not None:
                 checkpoint.save_handler = _AtomicDiskSaver(save_dir, checkpoint.save_handler.filename)
+        if adopt_existing and self._interval_checkpoint is not None:
+            unit = "epoch" if self.epoch_level else "iteration"
+            existing = sorted(_numbered(Path(save_dir), "checkpoint", unit))
+            self._interval_checkpoint._saved = [Checkpoint.Item(step, path.name) for step, path in existing]
 
     def state_dict(self) -> dict:
         """The key-metric tracking list (ignite's ``Checkpoint.state_dict``), the counterpart of
@@ -80,11 +89,8 @@ def latest_checkpoint(folder: str | os.PathLike, prefix: str = "checkpoint") -> 
     folder = Path(folder)
     if not folder.is_dir():
         return None
-    ranked = []
-    for path in folder.glob(f"{prefix}*.pt"):
-        match = re.search(r"(epoch|iteration)=(\d+)", path.name)
-        key = (1, 0) if "final" in path.name else (0, int(match.group(2))) if match else (-1, -1)
-        ranked.append((key, str(path)))
+    ranked = [((1, 0), str(path)) for path in folder.glob(f"{prefix}*final*.pt")]
+    ranked += [((0, step), str(path)) for step, path in _numbered(folder, prefix, "epoch|iteration")]
     for _, path in sorted(ranked, reverse=True):
         if zipfile.is_zipfile(path):
             return path
@@ -104,3 +110,9 @@ def remove_checkpoints(folder: str | os.PathLike, prefix: str = "checkpoint") ->
     if removed:
         logger.warning("Starting afresh (resume is off): removed the earlier run's checkpoints %s.", removed)
     return removed
+
+
+def _numbered(folder: Path, prefix: str, unit: str) -> list[tuple[int, Path]]:
+    """(n, path) of the checkpoints ``<prefix>*<unit>=<n>.pt`` in ``folder`` (``unit``: a regular expression)."""
+    found = [(re.search(rf"(?:{unit})=(\d+)\.pt$", path.name), path) for path in folder.glob(f"{prefix}*.pt")]
+    return [(int(match.group(1)), path) for match, path in found if match and "final" not in path.name]

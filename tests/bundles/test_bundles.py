@@ -670,6 +670,21 @@ def test_fine_tuning_resumes_bit_for_bit(tmp_path):
     assert all(torch.equal(kept[1][k], v) for k, v in torch.load(roots[1] / "models" / "model.pt").items())
 
 
+def test_fine_tuning_resumes_from_the_command_line(tmp_path):
+    """``python -m monai.bundle run ... --resume True`` in a fresh process (what a user and the learning-curve driver
+    run; only the config's own imports are loaded): the second call continues the first run's 2 epochs to 3."""
+    command = [sys.executable, "-m", "monai.bundle", "run", "--config_file", str(DEMO / "train.json")]
+    command += ["--bundle_root", str(tmp_path), "--resume", "True"]
+    for k, v in {**TINY_FT, "init": "random"}.items():
+        command += [f"--{k}", json.dumps(v)]
+    out = tmp_path / "outputs" / "finetune" / "random_L1_d0_s0"
+    for epochs, log in ((2, "Engine run resuming from iteration 0, epoch 0 until 2 epochs"), (3, "epoch 2 until 3")):
+        done = subprocess.run([*command, "--epochs", str(epochs)], cwd=REPO, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert log in done.stdout + done.stderr
+    assert sorted(p.name for p in out.glob("checkpoint*.pt")) == ["checkpoint_epoch=2.pt", "checkpoint_epoch=3.pt"]
+
+
 def test_fine_tuning_afresh_removes_an_earlier_runs_checkpoints(tmp_path):
     """Without ``resume`` a run in a used folder starts from scratch and removes the earlier run's checkpoints, so
     that a later ``--resume True`` cannot pick up a more advanced checkpoint of another run."""

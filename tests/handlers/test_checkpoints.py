@@ -114,3 +114,22 @@ def test_remove_checkpoints_leaves_other_files(tmp_path):
     assert [Path(p).name for p in removed] == ["checkpoint_epoch=3.pt", "checkpoint_epoch=4.pt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt", "notes.txt"]
     assert remove_checkpoints(tmp_path / "absent") == []
+
+
+@pytest.mark.parametrize("adopt, left", [(True, [5, 6]), (False, [3, 4, 5, 6])])
+def test_a_resumed_saver_adopts_the_checkpoints_already_there(tmp_path, adopt, left):
+    """A run resumed at epoch 4 (n_saved=2): adopting the checkpoints of epochs 3 and 4 keeps the last two in the
+    end; without it they stay beside the new ones."""
+    net = torch.nn.Linear(2, 2)
+    for epoch in (3, 4):
+        torch.save({"model": net.state_dict()}, tmp_path / f"checkpoint_epoch={epoch}.pt")
+    (tmp_path / "model.pt").write_bytes(b"")  # not an interval checkpoint: never adopted
+    engine = Engine(lambda e, batch: None)
+    engine.load_state_dict({"epoch": 4, "epoch_length": 1, "max_epochs": 4})
+    AtomicCheckpointSaver(
+        str(tmp_path), {"model": net, "other": net}, save_interval=1, epoch_level=True, n_saved=2,
+        save_final=False, adopt_existing=adopt,
+    ).attach(engine)  # fmt: skip
+    engine.run([0], max_epochs=6)
+    assert sorted(int(p.stem.split("=")[1]) for p in tmp_path.glob("checkpoint_epoch=*.pt")) == left
+    assert (tmp_path / "model.pt").exists()

@@ -46,7 +46,9 @@ PRETRAIN_SETTINGS_KEY = "pretrain_settings"
 #: per-slice transforms, tests/transforms/test_batch_augmentation.py; only the stream of random numbers differs, as
 #: it does from one fine-tuning seed to the next), so that a GPU run's later sessions may use it beside cells
 #: fine-tuned per slice; ``config_files``, the configs a run stacks (``train.json``'s names it, for the check of
-#: ``evaluate.json`` on top of it), not a setting.
+#: ``evaluate.json`` on top of it), not a setting; ``resume`` and ``checkpoint_interval``, whether a fine-tuning
+#: continues from its last checkpoint and how often it writes one (a resumed run continues bit for bit on CPU:
+#: tests/bundles/test_bundles.py).
 IGNORED_KEYS = (
     "config_files",
     "bundle_root",
@@ -60,6 +62,8 @@ IGNORED_KEYS = (
     "pretrained_path",
     "device",
     "batched_augmentation",
+    "resume",
+    "checkpoint_interval",
 )
 
 #: settings added to the bundles after cells were first recorded, with the value that a run before them had (the

@@ -177,20 +177,29 @@ def last_validation_dice(cell: FinetuneCell) -> float:
 def run_finetune(cell: FinetuneCell) -> str:
     """
     Fine-tunes (unless a previous run of the cell finished training) and evaluates on every test set without a
-    ``dice.json``. A ``model.pt`` left by an interrupted fine-tuning is a partly trained model: it is retrained.
-    The status file records the training's settings and those of the pre-training it loads
-    (:py:mod:`experiments.settings`).
+    ``dice.json``. The status file records the training's settings and those of the pre-training it loads
+    (:py:mod:`experiments.settings`), written before the training starts: an interrupted fine-tuning whose recorded
+    settings are today's continues from its last checkpoint (``train.json``'s ``resume``; not with a
+    semi-supervised switch, whose teacher is not checkpointed), any other starts afresh, removing the earlier
+    checkpoints. ``finetune_seconds`` counts the training's time over every attempt that returned.
     """
     status = read_status(cell.folder)
     try:
         if not trained(status):
-            status[SETTINGS_KEY] = cell_settings(cell)
+            settings = {SETTINGS_KEY: cell_settings(cell)}
             if cell.pretrain is not None:
-                status[PRETRAIN_SETTINGS_KEY] = cell_settings(cell.pretrain)
+                settings[PRETRAIN_SETTINGS_KEY] = cell_settings(cell.pretrain)
+            same = all(status.get(key) == value for key, value in settings.items())
+            resume = same and cell.train_overrides.get("semi_supervised") is None
+            status.update(settings, status="interrupted")
+            status["finetune_seconds"] = status.get("finetune_seconds", 0.0) if resume else 0.0
+            write_status(cell.folder, status)  # its settings beside its checkpoints, should the run be killed
             resolve_iterations(cell.train_overrides, labelled_subset(cell))
             start = time.time()
-            run_bundle(cell.bundle, "train", "run", cell.train_overrides)
-            status["finetune_seconds"] = time.time() - start
+            try:
+                run_bundle(cell.bundle, "train", "run", {**cell.train_overrides, "resume": resume})
+            finally:
+                status["finetune_seconds"] += time.time() - start
             status["iterations"] = cell.train_overrides["epochs"] * cell.train_overrides["iterations_per_epoch"]
             status["val_dice"] = last_validation_dice(cell)
             status["trained"] = True

@@ -8,7 +8,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from ignite.handlers import Checkpoint, DiskSaver
+from ignite.handlers import DiskSaver
 from monai.handlers import CheckpointSaver
 
 __all__ = ["AtomicCheckpointSaver", "latest_checkpoint", "remove_checkpoints"]
@@ -48,7 +48,7 @@ class AtomicCheckpointSaver(CheckpointSaver):
         if adopt_existing and self._interval_checkpoint is not None:
             unit = "epoch" if self.epoch_level else "iteration"
             existing = sorted(_numbered(Path(save_dir), "checkpoint", unit))
-            self._interval_checkpoint._saved = [Checkpoint.Item(step, path.name) for step, path in existing]
+            self._interval_checkpoint.load_state_dict({"_saved": [(step, path.name) for step, path in existing]})
 
     def state_dict(self) -> dict:
         """The key-metric tracking list (ignite's ``Checkpoint.state_dict``), the counterpart of

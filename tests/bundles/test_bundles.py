@@ -610,6 +610,8 @@ def test_killed_pretraining_resumes_bit_for_bit(tmp_path):
     proc.wait()
     assert not (ckpt_dir / "encoder.pt").exists(), "the run finished before it could be killed"
     subprocess.run(_pretrain_cmd(killed, 3), check=True, cwd=REPO, capture_output=True)
+    # the resumed saver adopted the killed run's checkpoints: the last two are kept, none is left behind
+    assert sorted(p.name for p in ckpt_dir.glob("checkpoint*.pt")) == ["checkpoint_epoch=2.pt", "checkpoint_epoch=3.pt"]
     a = torch.load(full / "outputs" / "pretrain" / "gcl" / "encoder.pt", weights_only=True)
     b = torch.load(ckpt_dir / "encoder.pt", weights_only=True)
     for k in a:

@@ -575,6 +575,36 @@ def test_interrupted_finetuning_is_retrained_not_evaluated(tmp_path, monkeypatch
     assert calls == ["evaluate"]
 
 
+def test_interrupted_finetuning_resumes_only_with_its_own_settings(tmp_path, monkeypatch):
+    """A cell whose training stopped continues from its checkpoint (``resume``) when its recorded settings are
+    today's; with other settings, or none recorded, it starts afresh; a semi-supervised cell always does."""
+    experiment = Experiment(
+        "i", "demo", PRESETS["cpu-mini"].replace(methods=("random",), num_labeled=(1,), repeats=1), results_dir=tmp_path
+    )
+    (cell,) = plan_cells(experiment)[1]
+    resumes = []
+
+    def stopped(bundle, config, workflow, overrides):
+        if config == "train":
+            resumes.append(overrides["resume"])
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(cells, "run_bundle", stopped)
+    monkeypatch.setattr(cells, "labelled_subset", lambda cell: [])
+    assert cells.run_finetune(cell) == "failed"
+    assert cells.run_finetune(cell) == "failed"
+    assert resumes == [False, True]
+    assert "resume" not in cell.train_overrides  # the cell's own overrides (its recorded settings) are untouched
+    status = read_status(cell.folder)
+    write_status(cell.folder, {**status, "settings": {**status["settings"], "lr": 1.0}})
+    cells.run_finetune(cell)
+    cell.train_overrides["semi_supervised"] = "mean_teacher"
+    cells.run_finetune(cell)
+    cells.run_finetune(cell)
+    assert resumes == [False, True, False, False, False]
+    assert read_status(cell.folder)["finetune_seconds"] >= 0
+
+
 def test_rerun_with_other_settings_is_refused(tmp_path):
     experiment = Experiment("x", "demo", PRESETS["cpu-mini"], results_dir=tmp_path)
     (tmp_path / "x").mkdir()

@@ -10,6 +10,7 @@ from gcl_monai.bundle.learning_rates import encoder_learning_rate
 from gcl_monai.bundle.locate import bundle_folder
 from gcl_monai.bundle.run_options import (
     MATMUL_PRECISIONS,
+    check_choice,
     check_overlay,
     check_resume,
     check_switches,
@@ -31,6 +32,7 @@ __all__ = [
     "release_model",
     "MATMUL_PRECISIONS",
     "check_dataset_dir",
+    "check_choice",
     "check_overlay",
     "check_resume",
     "check_switches",

@@ -16,6 +16,7 @@ T = TypeVar("T")
 
 __all__ = [
     "MATMUL_PRECISIONS",
+    "check_choice",
     "check_overlay",
     "check_resume",
     "check_switches",
@@ -45,6 +46,19 @@ def check_switches(**switches: object) -> None:
             f"on/off switches must be True or False, got {shown}; on the command line write e.g. "
             f"--{next(iter(bad))} False (capitalised, a Python literal)."
         )
+
+
+def check_choice(name: str, value: object, choices: Sequence) -> None:
+    """
+    Refuses a bundle setting whose value is not one of its ``choices``, naming the setting, before any
+    component that reads it is built (a value that selects steps with ``_disabled_`` would otherwise be read as
+    none of them, silently).
+
+    Raises:
+        ValueError: ``value`` is not in ``choices``.
+    """
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}.")
 
 
 def check_resume(resume: bool, semi_supervised: str | None) -> None:

@@ -11,6 +11,7 @@ from gcl_monai.transforms.inference_checks import FRAME_KEY, RepairNonFinited, S
 from gcl_monai.transforms.postprocessing import LARGEST_COMPONENT_MODES, keep_largest_component
 from gcl_monai.transforms.presets import (
     DICE_GRIDS,
+    PRED_INTERPS,
     SelectChanneld,
     dice_grid_steps,
     eval_transforms,
@@ -54,6 +55,7 @@ __all__ = [
     "LARGEST_COMPONENT_MODES",
     "keep_largest_component",
     "DICE_GRIDS",
+    "PRED_INTERPS",
     "dice_grid_steps",
     "volume_transforms",
     "volume_eval_transforms",

@@ -38,6 +38,7 @@ from gcl_monai.transforms.volume_loading import LoadVolumed
 
 __all__ = [
     "DICE_GRIDS",
+    "PRED_INTERPS",
     "dice_grid_steps",
     "SelectChanneld",
     "volume_transforms",
@@ -237,6 +238,13 @@ def volume_eval_transforms(
     steps = _volume_steps(keys, image_size, slice_axis, label_map, intensity, fov_scale, fov_shape, input_label_key)
     return Compose(steps)
 
+
+#: how a prediction goes back from the network's grid to the volume's own (``Invertd``, the evaluation's
+#: ``dice_grid`` ``input`` and the inference bundle): ``"nearest"``, the label map (argmax, then the largest
+#: component) resampled by nearest neighbour; ``"bilinear"``, the class probabilities (softmax) resampled
+#: bilinearly, then the argmax and the largest component on the volume's grid (how nnU-Net exports: Isensee et al.,
+#: Nature Methods 2021), which does not draw the network's pixels as steps on a finer grid
+PRED_INTERPS = ("nearest", "bilinear")
 
 #: where the evaluation bundle computes Dice: ``"network"``, the cropped and resized grid the network sees;
 #: ``"input"``, the volume's own grid (the prediction inverted through the crop and the resize, the label as loaded)

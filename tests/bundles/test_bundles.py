@@ -171,11 +171,14 @@ def test_fine_tuning_starts_from_a_kept_encoder_card(demo_root, tmp_path):
     assert any("gcl.json: features [4, 4, 8, 8, 16] of the encoder" in m for m in _messages(raised.value))
 
 
-def test_dice_in_the_input_grid(demo_root):
-    """``dice_grid="input"``: the prediction inverted through the crop and the resize, scored against the label as
-    loaded; the Dice in the network's grid (the default) stays as it was."""
-    eval_dir = demo_root / "outputs" / "eval_input_grid"
-    wf = _run("evaluate.json", "run", demo_root, **TINY_FT, dice_grid="input", eval_dir=str(eval_dir))
+@pytest.mark.parametrize("pred_interp", ["nearest", "bilinear"])
+def test_dice_in_the_input_grid(demo_root, pred_interp):
+    """``dice_grid="input"``: the prediction inverted through the crop and the resize (as a label map or as class
+    probabilities, ``pred_interp``), scored against the label as loaded; the Dice in the network's grid (the
+    default) stays as it was."""
+    eval_dir = demo_root / "outputs" / f"eval_input_grid_{pred_interp}"
+    run = {**TINY_FT, "dice_grid": "input", "pred_interp": pred_interp}
+    wf = _run("evaluate.json", "run", demo_root, **run, eval_dir=str(eval_dir))
     evaluator = wf.parser.get_parsed_content("evaluate#evaluator")
     item = wf.parser.get_parsed_content("test_data")[-1]
     label = LoadImage(image_only=True, ensure_channel_first=True)(item["label"])

@@ -85,6 +85,7 @@ def test_bundle_layout_and_metadata(bundle):
         "gcl_monai.transforms.SaveDicomSegd",
         "gcl_monai.data.inference_datalist",
         "gcl_monai.engines.segment_each_case",
+        "gcl_monai.engines.MirroredInferer",
     }
     assert "gcl-monai" in meta["required_packages_version"]
 
@@ -219,7 +220,8 @@ def test_keep_largest_component_in_evaluation_validation_and_inference(demo_root
         parser = ConfigParser()
         parser.read_config(str(DEMO / config))
         parser["keep_largest_component"] = "foreground"
-        steps = [t for t in parser.get_parsed_content(key).transforms if isinstance(t, KeepLargestConnectedComponentd)]
+        flat = parser.get_parsed_content(key).flatten().transforms  # inference's export is a Compose in the list
+        steps = [t for t in flat if isinstance(t, KeepLargestConnectedComponentd)]
         assert len(steps) == 1 and steps[0].converter.independent is False
         assert list(steps[0].converter.applied_labels) == [1, 2, 3]
     with pytest.raises(Exception) as raised:

@@ -1,0 +1,183 @@
+"""
+Kept fine-tuning models scored on their fold's validation patients under named scorings, and the paired reading of
+two scorings (issue 53: a change of evaluation, such as ``pred_interp`` or ``mirror_axes``, is measured on models that
+already exist, without training and without the test split).
+
+A plan's ``models.csv`` lists the models (``model``, ``set``, ``run_dir``: a run folder of
+``benchmarks/finetune_curves.py``, relative to ``--runs-root``). Each run folder holds the training command
+(``command.json``), its split (``split.json``) and its kept model (``model/model.pt``). The evaluation is the bundle's
+``evaluate.json`` on top of its ``train.json`` with ``--test_split val --dice_grid input`` (the original labels), the
+run's own recipe overrides (the arguments of its training command that are not the driver's: the grid, the width; so
+that preprocessing and network are those the model was trained with) and the scoring's overrides. Each (model,
+scoring) evaluates into ``<out>/runs/<model>_<scoring>``; one with a ``dice.json`` is not run again, so ``score``
+resumes. ``<out>/dice_val.csv`` gets one row per (model, scoring): the primary Dice (3D per volume, ED and ES), the
+variants (end-diastole only, pooled 2D), per class, and the number of volumes.
+
+``paired`` reads the paired difference ``B - A`` over the models of one set: the mean, its SD, the t interval and
+two-sided p (``scipy.stats.ttest_1samp``), and the count of models higher.
+
+Usage (from the repository root, a checkout at the plan's commit)::
+
+    OMP_NUM_THREADS=1 python -m benchmarks.score_val score docs/results/<plan> --runs-root /work \\
+        --scoring plain='{"pred_interp": "bilinear"}' \\
+        --scoring mirrored='{"pred_interp": "bilinear", "mirror_axes": [0, 1]}'
+    python -m benchmarks.score_val paired docs/results/<plan> --set primary --a plain --b mirrored
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+REPO = Path(__file__).resolve().parents[1]
+ROW_FIELDS = ["model", "scoring", "dice", "dice_ed", "dice_pooled_2d", "rv", "myocardium", "lv", "num_volumes"]
+# the arguments benchmarks/finetune_curves.py sets for every run: what is left in a training command is its recipe
+DRIVER_KEYS = {
+    "config_file", "init", "labeled", "num_labeled", "draw", "seed", "split_file", "work_dir", "output_dir",
+    "ckpt_dir", "num_workers", "progress_bar", "epochs", "iterations_per_epoch", "val_interval", "resume",
+}  # fmt: skip
+
+
+def recipe_overrides(command: list[str]) -> list[str]:
+    """The ``--key value`` pairs of a training command (``[python, -m, monai.bundle, run, ...]``) that are not the
+    driver's: the run's recipe, in order.
+
+    Raises:
+        ValueError: a command that is not ``monai.bundle run`` followed by ``--key value`` pairs.
+    """
+    if "run" not in command:
+        raise ValueError(f"not a 'monai.bundle run' command: {command[:4]}")
+    args = command[command.index("run") + 1 :]
+    if len(args) % 2 or any(not key.startswith("--") for key in args[::2]):
+        raise ValueError(f"expected '--key value' pairs after 'run', got {args}")
+    return [token for key, value in zip(args[::2], args[1::2]) if key[2:] not in DRIVER_KEYS for token in (key, value)]
+
+
+def evaluation_command(bundle: Path, run: Path, eval_dir: Path, overrides: dict, data_dir: str | None) -> list[str]:
+    """The ``monai.bundle run`` command that scores ``run``'s kept model on its validation patients (original
+    labels) with the run's recipe and the scoring's ``overrides`` (values JSON-encoded), into ``eval_dir``."""
+    command_file = run / "command.json"
+    if not command_file.is_file():
+        raise FileNotFoundError(f"{command_file}: the run's training command is needed to evaluate it as trained.")
+    if not (run / "model" / "model.pt").is_file():
+        raise FileNotFoundError(f"{run / 'model' / 'model.pt'}: the run has no kept model.")
+    configs = [str(bundle / "configs" / "train.json"), str(bundle / "configs" / "evaluate.json")]
+    command = [sys.executable, "-m", "monai.bundle", "run", "--config_file", json.dumps(configs)]
+    command += ["--split_file", str(run / "split.json"), "--test_split", "val", "--init", "random"]
+    command += ["--work_dir", str(eval_dir), "--output_dir", str(eval_dir), "--ckpt_dir", str(run / "model")]
+    command += ["--num_workers", "0", "--dice_grid", "input"]
+    command += ["--dataset_dir", data_dir] if data_dir else []
+    command += recipe_overrides(json.loads(command_file.read_text()))
+    for key, value in overrides.items():
+        command += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
+    return command
+
+
+def read_models(out: Path) -> list[dict[str, str]]:
+    with (out / "models.csv").open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def collect(out: Path, scorings: list[str]) -> Path:
+    """``<out>/dice_val.csv``: one row per (model of ``models.csv``, scoring) that has a ``dice.json``."""
+    target = out / "dice_val.csv"
+    with target.open("w", newline="") as f:
+        writer = csv.DictWriter(f, ROW_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for row in read_models(out):
+            for scoring in scorings:
+                summary = out / "runs" / f"{row['model']}_{scoring}" / "eval" / "dice.json"
+                if summary.is_file():
+                    d = json.loads(summary.read_text())
+                    writer.writerow({
+                        "model": row["model"], "scoring": scoring, "num_volumes": d["num_volumes"],
+                        **{k: round(d[k], 4) for k in ("dice", "dice_ed", "dice_pooled_2d")},
+                        **{k: round(v, 4) for k, v in d["dice_per_class"].items()},
+                    })  # fmt: skip
+    return target
+
+
+def score(out: Path, runs_root: Path, scorings: dict[str, dict], bundle: Path, data_dir: str | None) -> Path:
+    """Evaluates every (model, scoring) without a ``dice.json`` yet, then :func:`collect`. A failed evaluation
+    stops the run, naming its log."""
+    for row in read_models(out):
+        for name, overrides in scorings.items():
+            eval_dir = out / "runs" / f"{row['model']}_{name}"
+            if (eval_dir / "eval" / "dice.json").is_file():
+                continue
+            eval_dir.mkdir(parents=True, exist_ok=True)
+            command = evaluation_command(bundle, runs_root / row["run_dir"], eval_dir, overrides, data_dir)
+            with (eval_dir / "eval.log").open("w") as log:
+                code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+            if code:
+                raise SystemExit(f"evaluation failed (exit {code}): {eval_dir / 'eval.log'}")
+    return collect(out, list(scorings))
+
+
+def paired(out: Path, set_name: str, a: str, b: str, key: str = "dice") -> dict:
+    """The paired difference ``b - a`` of ``key`` over the models of ``set_name``: n, mean, SD, the 95% t interval,
+    two-sided p and the count higher.
+
+    Raises:
+        ValueError: fewer than 2 models of the set scored both ways.
+    """
+    models = [r["model"] for r in read_models(out) if r["set"] == set_name]
+    with (out / "dice_val.csv").open(newline="") as f:
+        values = {(r["model"], r["scoring"]): float(r[key]) for r in csv.DictReader(f)}
+    d = np.array([values[(m, b)] - values[(m, a)] for m in models if (m, a) in values and (m, b) in values])
+    if len(d) < 2:
+        raise ValueError(f"set {set_name!r}: {len(d)} models scored both as {a!r} and {b!r}; need at least 2.")
+    test = stats.ttest_1samp(d, 0.0)
+    low, high = test.confidence_interval(0.95)
+    return {
+        "set": set_name, "a": a, "b": b, "key": key, "n": len(d), "mean": float(d.mean()),
+        "sd": float(d.std(ddof=1)), "low": float(low), "high": float(high), "p": float(test.pvalue),
+        "higher": int((d > 0).sum()),
+    }  # fmt: skip
+
+
+def _scoring(text: str) -> tuple[str, dict]:
+    name, sep, overrides = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--scoring must be NAME=JSON, got {text!r}")
+    try:
+        parsed = json.loads(overrides)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"--scoring {name}: overrides are not JSON ({e})") from e
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"--scoring {name}: overrides must be a JSON object, got {overrides!r}")
+    return name, parsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("score", help="evaluate every (model, scoring) not yet scored, then collect")
+    run.add_argument("out", type=Path, help="the plan's folder (with models.csv)")
+    run.add_argument("--runs-root", type=Path, required=True, help="the folder models.csv's run_dir is relative to")
+    run.add_argument("--scoring", type=_scoring, action="append", required=True, help="NAME=JSON overrides")
+    run.add_argument("--bundle", type=Path, default=REPO / "bundles" / "gcl_acdc")
+    run.add_argument("--data-dir", default=None, help="the dataset folder, where the splits' paths need one")
+    read = commands.add_parser("paired", help="the paired difference of two scorings over a set of models")
+    read.add_argument("out", type=Path)
+    read.add_argument("--set", required=True)
+    read.add_argument("--a", required=True)
+    read.add_argument("--b", required=True)
+    read.add_argument("--key", default="dice")
+    args = parser.parse_args(argv)
+    if args.command == "score":
+        print(score(args.out, args.runs_root, dict(args.scoring), args.bundle, args.data_dir))
+    else:
+        print(json.dumps(paired(args.out, args.set, args.a, args.b, args.key)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""The scorer of kept models: the evaluation command rebuilt from a run's training command, resumption, the rows,
+and the paired reading computed by hand."""
+
+import csv
+import json
+import math
+import sys
+
+import pytest
+
+import benchmarks.score_val as score_val
+from benchmarks.score_val import evaluation_command, main, paired, recipe_overrides
+
+DRIVER = ["--init", "random", "--seed", "0", "--split_file", "s.json", "--work_dir", "w", "--output_dir", "w/model"]
+DRIVER += ["--ckpt_dir", "w/released", "--num_workers", "0", "--progress_bar", "False", "--epochs", "5"]
+DRIVER += ["--iterations_per_epoch", "500", "--val_interval", "1"]
+
+
+def _train_command(*recipe):
+    return [sys.executable, "-m", "monai.bundle", "run", "--config_file", "train.json", *DRIVER, *recipe]
+
+
+def test_the_recipe_is_what_the_driver_did_not_set():
+    assert recipe_overrides(_train_command("--features", "[32,64,128,256,512,32]")) == [
+        "--features",
+        "[32,64,128,256,512,32]",
+    ]
+    resumed = _train_command("--resume", "True", "--batch_size", "20", "--image_size", "[192,192]")
+    assert recipe_overrides(resumed) == ["--batch_size", "20", "--image_size", "[192,192]"]
+    assert recipe_overrides(_train_command("--labeled", "$@split['train']", "--num_labeled", "2")) == []
+    with pytest.raises(ValueError, match="pairs after 'run'"):
+        recipe_overrides(_train_command("--amp"))
+    with pytest.raises(ValueError, match="not a 'monai.bundle run'"):
+        recipe_overrides(["python", "-m", "benchmarks.finetune_curves"])
+
+
+def _run(tmp_path, name="r", *recipe):
+    run = tmp_path / "worktree" / name
+    (run / "model").mkdir(parents=True)
+    (run / "command.json").write_text(json.dumps(_train_command(*recipe)))
+    (run / "model" / "model.pt").write_bytes(b"weights")
+    return run
+
+
+def test_the_evaluation_runs_as_trained_with_the_scorings_overrides(tmp_path):
+    run = _run(tmp_path, "r", "--image_size", "[192,192]")
+    command = evaluation_command(
+        tmp_path / "b", run, tmp_path / "e", {"pred_interp": "bilinear", "mirror_axes": [0, 1]}, "d"
+    )
+    pairs = dict(zip(command[4::2], command[5::2]))
+    assert pairs["--split_file"] == str(run / "split.json") and pairs["--ckpt_dir"] == str(run / "model")
+    assert pairs["--test_split"] == "val" and pairs["--dice_grid"] == "input" and pairs["--dataset_dir"] == "d"
+    assert pairs["--image_size"] == "[192,192]" and pairs["--pred_interp"] == "bilinear"
+    assert pairs["--mirror_axes"] == "[0, 1]"
+    assert json.loads(pairs["--config_file"]) == [
+        str(tmp_path / "b/configs/train.json"),
+        str(tmp_path / "b/configs/evaluate.json"),
+    ]
+    (run / "model" / "model.pt").unlink()
+    with pytest.raises(FileNotFoundError, match="model.pt: the run has no kept model"):
+        evaluation_command(tmp_path / "b", run, tmp_path / "e", {}, None)
+    (run / "command.json").unlink()
+    with pytest.raises(FileNotFoundError, match="command.json"):
+        evaluation_command(tmp_path / "b", run, tmp_path / "e", {}, None)
+
+
+def _plan(tmp_path, models):
+    out = tmp_path / "plan"
+    out.mkdir()
+    with (out / "models.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, ["model", "set", "run_dir"])
+        writer.writeheader()
+        writer.writerows(models)
+    return out
+
+
+def test_score_evaluates_each_pair_once_and_collects_the_rows(tmp_path, monkeypatch):
+    for name in ("a", "b"):
+        _run(tmp_path, name)
+    out = _plan(tmp_path, [{"model": m, "set": "primary", "run_dir": f"worktree/{m}"} for m in ("a", "b")])
+    calls = []
+
+    def fake_bundle(command, stdout, stderr, cwd):  # writes what evaluate.json's DiceSummary writes
+        calls.append(command)
+        eval_dir = command[command.index("--output_dir") + 1]
+        mirrored = "--mirror_axes" in command
+        dice = {"dice": 0.8 + 0.01 * mirrored, "dice_ed": 0.85, "dice_pooled_2d": 0.86, "num_volumes": 24}
+        dice["dice_per_class"] = {"rv": 0.8, "myocardium": 0.75, "lv": 0.9}
+        (score_val.Path(eval_dir) / "eval").mkdir(parents=True)
+        (score_val.Path(eval_dir) / "eval" / "dice.json").write_text(json.dumps(dice))
+        return 0
+
+    monkeypatch.setattr(score_val.subprocess, "call", fake_bundle)
+    argv = [
+        "score",
+        str(out),
+        "--runs-root",
+        str(tmp_path),
+        "--scoring",
+        "plain={}",
+        "--scoring",
+        'tta={"mirror_axes": [0, 1]}',
+    ]
+    assert main(argv) == 0 and len(calls) == 4
+    assert main(argv) == 0 and len(calls) == 4  # resumed: nothing evaluated twice
+    rows = list(csv.DictReader((out / "dice_val.csv").open()))
+    assert [(r["model"], r["scoring"], r["dice"]) for r in rows] == [
+        ("a", "plain", "0.8"), ("a", "tta", "0.81"), ("b", "plain", "0.8"), ("b", "tta", "0.81")
+    ]  # fmt: skip
+    assert rows[0]["myocardium"] == "0.75" and rows[0]["num_volumes"] == "24"
+
+
+def test_a_failed_evaluation_stops_naming_its_log(tmp_path, monkeypatch):
+    _run(tmp_path, "a")
+    out = _plan(tmp_path, [{"model": "a", "set": "primary", "run_dir": "worktree/a"}])
+    monkeypatch.setattr(score_val.subprocess, "call", lambda *a, **k: 1)
+    with pytest.raises(SystemExit, match=r"exit 1\): .*a_plain/eval.log"):
+        main(["score", str(out), "--runs-root", str(tmp_path), "--scoring", "plain={}"])
+    with pytest.raises(SystemExit):  # argparse: overrides that are not a JSON object
+        main(["score", str(out), "--runs-root", str(tmp_path), "--scoring", "plain=[1]"])
+
+
+def test_paired_reading_by_hand(tmp_path):
+    out = _plan(
+        tmp_path, [{"model": m, "set": s, "run_dir": m} for m, s in [("x", "p"), ("y", "p"), ("z", "p"), ("w", "q")]]
+    )
+    with (out / "dice_val.csv").open("w") as f:
+        f.write("model,scoring,dice\nx,A,0.80\nx,B,0.81\ny,A,0.70\ny,B,0.72\nz,A,0.60\nz,B,0.64\nw,A,0.5\nw,B,0.1\n")
+    r = paired(out, "p", "A", "B")
+    # differences 0.01, 0.02, 0.04: mean 0.07 / 3; SD sqrt(((-1/75)^2 + (-1/300)^2 + (1/60)^2) / 2); t = sqrt(7) on
+    # 2 df, whose two-sided p is 1 - t / sqrt(t^2 + 2) = 1 - sqrt(7) / 3; half width t_{0.975, 2} * SD / sqrt(3)
+    assert r["n"] == 3 and r["higher"] == 3
+    assert math.isclose(r["mean"], 0.07 / 3, rel_tol=1e-9)
+    assert math.isclose(r["sd"], math.sqrt(4.6666667e-4 / 2), rel_tol=1e-6)
+    assert math.isclose(r["p"], 1 - math.sqrt(7) / 3, rel_tol=1e-6)
+    assert math.isclose(r["high"] - r["mean"], 4.302652729749462 * r["sd"] / math.sqrt(3), rel_tol=1e-9)
+    with pytest.raises(ValueError, match="set 'q': 1 models"):
+        paired(out, "q", "A", "B")

@@ -241,6 +241,27 @@ def test_paper_fine_tuning_overlay_states_the_papers_schedule(tmp_path):
     assert parser.get_parsed_content("train#trainer").state.max_epochs == 300
 
 
+def test_full_supervision_overlay_states_the_recipe_chosen_on_validation(tmp_path):
+    """``recipes/finetune_fullsup.json``: batch 20, Adam 1e-3, cosine over 2500 iterations validated every 500
+    (round 6), on ``train.json``; the bilinear export and the in-plane mirroring (pred-interp, mirror-tta) when it
+    is stacked on ``evaluate.json`` or ``inference.json``."""
+    overlay = DEMO / "recipes" / "finetune_fullsup.json"
+    parser = _parser([DEMO / "train.json", overlay], bundle_root=str(tmp_path))
+    assert parser.get_parsed_content("train#dataloader").batch_size == 20
+    assert parser.get_parsed_content("optimizer").param_groups[0]["lr"] == 1e-3
+    assert parser.get_parsed_content("train#lr_scheduler").T_max == 2500
+    trainer = parser.get_parsed_content("train#trainer")
+    assert trainer.state.max_epochs == 5 and trainer.state.epoch_length == 500
+    for files, inferer, export in (
+        ([DEMO / "train.json", DEMO / "evaluate.json", overlay], "evaluate#inferer", "evaluate#export"),
+        ([DEMO / "inference.json", overlay], "inferer", "export"),
+    ):
+        parser = _parser(files, bundle_root=str(tmp_path))
+        assert parser.get_parsed_content(inferer).spatial_axes == (0, 1)
+        steps = parser.get_parsed_content(export)[parser.get_parsed_content("pred_interp")]
+        assert [type(t).__name__ for t in steps][-3:] == ["Invertd", "AsDiscreted", "KeepLargestConnectedComponentd"]
+
+
 @pytest.mark.parametrize(
     ("views_on_device", "steps"), [(False, ["ContrastiveViewsd", "EnsureTyped"]), (True, ["EnsureTyped"])]
 )

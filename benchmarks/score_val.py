@@ -1,16 +1,17 @@
 """
-Kept fine-tuning models scored on their fold's validation patients under named scorings, and the paired reading of
-two scorings (issue 53: a change of evaluation, such as ``pred_interp`` or ``mirror_axes``, is measured on models that
-already exist, without training and without the test split).
+Kept fine-tuning models scored on their fold's validation patients (or, once, on the test patients) under named
+scorings, and the paired reading of two scorings (issue 53: a change of evaluation, such as ``pred_interp`` or
+``mirror_axes``, is measured on models that already exist, without training).
 
 A plan's ``models.csv`` lists the models (``model``, ``set``, ``run_dir``: a run folder of
 ``benchmarks/finetune_curves.py``, relative to ``--runs-root``). Each run folder holds the training command
-(``command.json``), its split (``split.json``) and its kept model (``model/model.pt``). The evaluation is the bundle's
-``evaluate.json`` on top of its ``train.json`` with ``--test_split val --dice_grid input`` (the original labels), the
-run's own recipe overrides (the arguments of its training command that are not the driver's: the grid, the width; so
-that preprocessing and network are those the model was trained with) and the scoring's overrides. Each (model,
-scoring) evaluates into ``<out>/runs/<model>_<scoring>``; one with a ``dice.json`` is not run again, so ``score``
-resumes. ``<out>/dice_val.csv`` gets one row per (model, scoring): the primary Dice (3D per volume, ED and ES), the
+(``command.json``), its split (``split.json``) and its kept model (``model/model.pt``). The evaluation is the
+bundle's ``evaluate.json`` on top of its ``train.json`` with ``--test_split val --dice_grid input`` (the original
+labels; ``--split test`` scores the split's test patients instead, for a reading set down before), the run's own
+recipe overrides (the arguments of its training command that are not the driver's: the grid, the width; so that
+preprocessing and network are those the model was trained with) and the scoring's overrides. Each (model, scoring)
+evaluates into ``<out>/runs/<model>_<scoring>``; one with a ``dice.json`` is not run again, so ``score`` resumes.
+``<out>/dice_<split>.csv`` gets one row per (model, scoring): the primary Dice (3D per volume, ED and ES), the
 variants (end-diastole only, pooled 2D), per class, and the number of volumes.
 
 ``paired`` reads the paired difference ``B - A`` over the models of one set: the mean, its SD, the t interval and
@@ -60,9 +61,12 @@ def recipe_overrides(command: list[str]) -> list[str]:
     return [token for key, value in zip(args[::2], args[1::2]) if key[2:] not in DRIVER_KEYS for token in (key, value)]
 
 
-def evaluation_command(bundle: Path, run: Path, eval_dir: Path, overrides: dict, data_dir: str | None) -> list[str]:
-    """The ``monai.bundle run`` command that scores ``run``'s kept model on its validation patients (original
-    labels) with the run's recipe and the scoring's ``overrides`` (values JSON-encoded), into ``eval_dir``."""
+def evaluation_command(
+    bundle: Path, run: Path, eval_dir: Path, overrides: dict, data_dir: str | None, split: str = "val"
+) -> list[str]:
+    """The ``monai.bundle run`` command that scores ``run``'s kept model on the ``split`` patients of its split file
+    (original labels) with the run's recipe and the scoring's ``overrides`` (values JSON-encoded), into
+    ``eval_dir``."""
     command_file = run / "command.json"
     if not command_file.is_file():
         raise FileNotFoundError(f"{command_file}: the run's training command is needed to evaluate it as trained.")
@@ -70,7 +74,7 @@ def evaluation_command(bundle: Path, run: Path, eval_dir: Path, overrides: dict,
         raise FileNotFoundError(f"{run / 'model' / 'model.pt'}: the run has no kept model.")
     configs = [str(bundle / "configs" / "train.json"), str(bundle / "configs" / "evaluate.json")]
     command = [sys.executable, "-m", "monai.bundle", "run", "--config_file", json.dumps(configs)]
-    command += ["--split_file", str(run / "split.json"), "--test_split", "val", "--init", "random"]
+    command += ["--split_file", str(run / "split.json"), "--test_split", split, "--init", "random"]
     command += ["--work_dir", str(eval_dir), "--output_dir", str(eval_dir), "--ckpt_dir", str(run / "model")]
     command += ["--num_workers", "0", "--dice_grid", "input"]
     command += ["--dataset_dir", data_dir] if data_dir else []
@@ -85,9 +89,9 @@ def read_models(out: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def collect(out: Path, scorings: list[str]) -> Path:
-    """``<out>/dice_val.csv``: one row per (model of ``models.csv``, scoring) that has a ``dice.json``."""
-    target = out / "dice_val.csv"
+def collect(out: Path, scorings: list[str], split: str = "val") -> Path:
+    """``<out>/dice_<split>.csv``: one row per (model of ``models.csv``, scoring) that has a ``dice.json``."""
+    target = out / f"dice_{split}.csv"
     with target.open("w", newline="") as f:
         writer = csv.DictWriter(f, ROW_FIELDS, lineterminator="\n")
         writer.writeheader()
@@ -104,7 +108,9 @@ def collect(out: Path, scorings: list[str]) -> Path:
     return target
 
 
-def score(out: Path, runs_root: Path, scorings: dict[str, dict], bundle: Path, data_dir: str | None) -> Path:
+def score(
+    out: Path, runs_root: Path, scorings: dict[str, dict], bundle: Path, data_dir: str | None, split: str = "val"
+) -> Path:
     """Evaluates every (model, scoring) without a ``dice.json`` yet, then :func:`collect`. A failed evaluation
     stops the run, naming its log."""
     for row in read_models(out):
@@ -113,15 +119,15 @@ def score(out: Path, runs_root: Path, scorings: dict[str, dict], bundle: Path, d
             if (eval_dir / "eval" / "dice.json").is_file():
                 continue
             eval_dir.mkdir(parents=True, exist_ok=True)
-            command = evaluation_command(bundle, runs_root / row["run_dir"], eval_dir, overrides, data_dir)
+            command = evaluation_command(bundle, runs_root / row["run_dir"], eval_dir, overrides, data_dir, split)
             with (eval_dir / "eval.log").open("w") as log:
                 code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
             if code:
                 raise SystemExit(f"evaluation failed (exit {code}): {eval_dir / 'eval.log'}")
-    return collect(out, list(scorings))
+    return collect(out, list(scorings), split)
 
 
-def paired(out: Path, set_name: str, a: str, b: str, key: str = "dice") -> dict:
+def paired(out: Path, set_name: str, a: str, b: str, key: str = "dice", split: str = "val") -> dict:
     """The paired difference ``b - a`` of ``key`` over the models of ``set_name``: n, mean, SD, the 95% t interval,
     two-sided p and the count higher.
 
@@ -129,7 +135,7 @@ def paired(out: Path, set_name: str, a: str, b: str, key: str = "dice") -> dict:
         ValueError: fewer than 2 models of the set scored both ways.
     """
     models = [r["model"] for r in read_models(out) if r["set"] == set_name]
-    with (out / "dice_val.csv").open(newline="") as f:
+    with (out / f"dice_{split}.csv").open(newline="") as f:
         values = {(r["model"], r["scoring"]): float(r[key]) for r in csv.DictReader(f)}
     d = np.array([values[(m, b)] - values[(m, a)] for m in models if (m, a) in values and (m, b) in values])
     if len(d) < 2:
@@ -165,17 +171,19 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--scoring", type=_scoring, action="append", required=True, help="NAME=JSON overrides")
     run.add_argument("--bundle", type=Path, default=REPO / "bundles" / "gcl_acdc")
     run.add_argument("--data-dir", default=None, help="the dataset folder, where the splits' paths need one")
+    run.add_argument("--split", default="val", help="the patients scored: val, or test for a reading set down before")
     read = commands.add_parser("paired", help="the paired difference of two scorings over a set of models")
     read.add_argument("out", type=Path)
     read.add_argument("--set", required=True)
     read.add_argument("--a", required=True)
     read.add_argument("--b", required=True)
     read.add_argument("--key", default="dice")
+    read.add_argument("--split", default="val")
     args = parser.parse_args(argv)
     if args.command == "score":
-        print(score(args.out, args.runs_root, dict(args.scoring), args.bundle, args.data_dir))
+        print(score(args.out, args.runs_root, dict(args.scoring), args.bundle, args.data_dir, args.split))
     else:
-        print(json.dumps(paired(args.out, args.set, args.a, args.b, args.key)))
+        print(json.dumps(paired(args.out, args.set, args.a, args.b, args.key, args.split)))
     return 0
 
 

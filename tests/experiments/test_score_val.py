@@ -52,6 +52,8 @@ def test_the_evaluation_runs_as_trained_with_the_scorings_overrides(tmp_path):
     assert pairs["--test_split"] == "val" and pairs["--dice_grid"] == "input" and pairs["--dataset_dir"] == "d"
     assert pairs["--image_size"] == "[192,192]" and pairs["--pred_interp"] == "bilinear"
     assert pairs["--mirror_axes"] == "[0, 1]"
+    test = evaluation_command(tmp_path / "b", run, tmp_path / "e", {}, None, split="test")
+    assert test[test.index("--test_split") + 1] == "test" and "--dataset_dir" not in test
     assert json.loads(pairs["--config_file"]) == [
         str(tmp_path / "b/configs/train.json"),
         str(tmp_path / "b/configs/evaluate.json"),

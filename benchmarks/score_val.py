@@ -15,7 +15,8 @@ evaluates into ``<out>/runs/<model>_<scoring>``; one with a ``dice.json`` is not
 variants (end-diastole only, pooled 2D), per class, and the number of volumes.
 
 ``paired`` reads the paired difference ``B - A`` over the models of one set: the mean, its SD, the t interval and
-two-sided p (``scipy.stats.ttest_1samp``), and the count of models higher.
+two-sided p (``experiments.study.intervals.encoder_difference``: ``scipy.stats.ttest_1samp``), and the count of
+models higher.
 
 Usage (from the repository root, a checkout at the plan's commit)::
 
@@ -35,10 +36,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
+
+from experiments.study.intervals import encoder_difference
 
 REPO = Path(__file__).resolve().parents[1]
-ROW_FIELDS = ["model", "scoring", "dice", "dice_ed", "dice_pooled_2d", "rv", "myocardium", "lv", "num_volumes"]
+SUMMARY_KEYS = ("dice", "dice_ed", "dice_pooled_2d")
 # the arguments benchmarks/finetune_curves.py sets for every run: what is left in a training command is its recipe
 DRIVER_KEYS = {
     "config_file", "init", "labeled", "num_labeled", "draw", "seed", "split_file", "work_dir", "output_dir",
@@ -90,21 +92,24 @@ def read_models(out: Path) -> list[dict[str, str]]:
 
 
 def collect(out: Path, scorings: list[str], split: str = "val") -> Path:
-    """``<out>/dice_<split>.csv``: one row per (model of ``models.csv``, scoring) that has a ``dice.json``."""
+    """``<out>/dice_<split>.csv``: one row per (model of ``models.csv``, scoring) that has a ``dice.json``, with a
+    column per class of the bundle (the classes of ``dice_per_class``)."""
+    rows = []
+    for row in read_models(out):
+        for scoring in scorings:
+            summary = out / "runs" / f"{row['model']}_{scoring}" / "eval" / "dice.json"
+            if summary.is_file():
+                d = json.loads(summary.read_text())
+                rows.append({
+                    "model": row["model"], "scoring": scoring, **{k: round(d[k], 4) for k in SUMMARY_KEYS},
+                    **{k: round(v, 4) for k, v in d["dice_per_class"].items()}, "num_volumes": d["num_volumes"],
+                })  # fmt: skip
+    fields = list(dict.fromkeys(k for r in rows for k in r)) or ["model", "scoring", *SUMMARY_KEYS, "num_volumes"]
     target = out / f"dice_{split}.csv"
     with target.open("w", newline="") as f:
-        writer = csv.DictWriter(f, ROW_FIELDS, lineterminator="\n")
+        writer = csv.DictWriter(f, fields, lineterminator="\n")
         writer.writeheader()
-        for row in read_models(out):
-            for scoring in scorings:
-                summary = out / "runs" / f"{row['model']}_{scoring}" / "eval" / "dice.json"
-                if summary.is_file():
-                    d = json.loads(summary.read_text())
-                    writer.writerow({
-                        "model": row["model"], "scoring": scoring, "num_volumes": d["num_volumes"],
-                        **{k: round(d[k], 4) for k in ("dice", "dice_ed", "dice_pooled_2d")},
-                        **{k: round(v, 4) for k, v in d["dice_per_class"].items()},
-                    })  # fmt: skip
+        writer.writerows(rows)
     return target
 
 
@@ -140,12 +145,10 @@ def paired(out: Path, set_name: str, a: str, b: str, key: str = "dice", split: s
     d = np.array([values[(m, b)] - values[(m, a)] for m in models if (m, a) in values and (m, b) in values])
     if len(d) < 2:
         raise ValueError(f"set {set_name!r}: {len(d)} models scored both as {a!r} and {b!r}; need at least 2.")
-    test = stats.ttest_1samp(d, 0.0)
-    low, high = test.confidence_interval(0.95)
+    t = encoder_difference([d])  # the one-sample t interval of the differences (scipy.stats.ttest_1samp)
     return {
-        "set": set_name, "a": a, "b": b, "key": key, "n": len(d), "mean": float(d.mean()),
-        "sd": float(d.std(ddof=1)), "low": float(low), "high": float(high), "p": float(test.pvalue),
-        "higher": int((d > 0).sum()),
+        "set": set_name, "a": a, "b": b, "key": key, "n": len(d), "mean": t.mean, "sd": float(d.std(ddof=1)),
+        "low": t.low, "high": t.high, "p": t.p, "higher": int((d > 0).sum()),
     }  # fmt: skip
 
 

@@ -138,3 +138,18 @@ def test_paired_reading_by_hand(tmp_path):
     assert math.isclose(r["high"] - r["mean"], 4.302652729749462 * r["sd"] / math.sqrt(3), rel_tol=1e-9)
     with pytest.raises(ValueError, match="set 'q': 1 models"):
         paired(out, "q", "A", "B")
+
+
+def test_the_rows_take_the_bundles_own_classes(tmp_path):
+    out = _plan(tmp_path, [{"model": "p", "set": "primary", "run_dir": "p"}])
+    summary = out / "runs" / "p_plain" / "eval" / "dice.json"
+    summary.parent.mkdir(parents=True)
+    per_class = {"peripheral_zone": 0.61234, "transition_zone": 0.80004}
+    summary.write_text(
+        json.dumps({"dice": 0.7, "dice_ed": 0.7, "dice_pooled_2d": 0.72, "num_volumes": 8, "dice_per_class": per_class})
+    )
+    rows = list(csv.DictReader(score_val.collect(out, ["plain"]).open()))
+    assert rows == [
+        {"model": "p", "scoring": "plain", "dice": "0.7", "dice_ed": "0.7", "dice_pooled_2d": "0.72",
+         "peripheral_zone": "0.6123", "transition_zone": "0.8", "num_volumes": "8"}
+    ]  # fmt: skip

@@ -14,9 +14,10 @@ evaluates into ``<out>/runs/<model>_<scoring>``; one with a ``dice.json`` is not
 ``<out>/dice_<split>.csv`` gets one row per (model, scoring): the primary Dice (3D per volume, ED and ES), the
 variants (end-diastole only, pooled 2D), per class, and the number of volumes.
 
-``paired`` reads the paired difference ``B - A`` over the models of one set: the mean, its SD, the t interval and
-two-sided p (``experiments.study.intervals.encoder_difference``: ``scipy.stats.ttest_1samp``), and the count of
-models higher.
+``paired`` reads the paired difference ``B - A`` of two scorings over the models of one set; ``arms`` reads the
+paired difference ``B - A`` of two sets of models (a plan's arms) under one scoring, paired by ``models.csv``'s
+``pair`` column (the fold). Both give the mean, its SD, the t interval and two-sided p
+(``experiments.study.intervals.encoder_difference``: ``scipy.stats.ttest_1samp``), and the count higher.
 
 Usage (from the repository root, a checkout at the plan's commit)::
 
@@ -24,6 +25,7 @@ Usage (from the repository root, a checkout at the plan's commit)::
         --scoring plain='{"pred_interp": "bilinear"}' \\
         --scoring mirrored='{"pred_interp": "bilinear", "mirror_axes": [0, 1]}'
     python -m benchmarks.score_val paired docs/results/<plan> --set primary --a plain --b mirrored
+    python -m benchmarks.score_val arms docs/results/<plan> --scoring plain --a grid128 --b grid192
 """
 
 from __future__ import annotations
@@ -133,22 +135,56 @@ def score(
 
 
 def paired(out: Path, set_name: str, a: str, b: str, key: str = "dice", split: str = "val") -> dict:
-    """The paired difference ``b - a`` of ``key`` over the models of ``set_name``: n, mean, SD, the 95% t interval,
-    two-sided p and the count higher.
+    """The paired difference ``b - a`` of ``key`` between two scorings over the models of ``set_name``: n, mean,
+    SD, the 95% t interval, two-sided p and the count higher.
 
     Raises:
         ValueError: fewer than 2 models of the set scored both ways.
     """
     models = [r["model"] for r in read_models(out) if r["set"] == set_name]
-    with (out / f"dice_{split}.csv").open(newline="") as f:
-        values = {(r["model"], r["scoring"]): float(r[key]) for r in csv.DictReader(f)}
-    d = np.array([values[(m, b)] - values[(m, a)] for m in models if (m, a) in values and (m, b) in values])
+    values = _values(out, key, split)
+    d = [values[(m, b)] - values[(m, a)] for m in models if (m, a) in values and (m, b) in values]
     if len(d) < 2:
         raise ValueError(f"set {set_name!r}: {len(d)} models scored both as {a!r} and {b!r}; need at least 2.")
+    return {"set": set_name, "a": a, "b": b, "key": key, **_difference(np.array(d))}
+
+
+def arms(out: Path, scoring: str, a: str, b: str, key: str = "dice", split: str = "val") -> dict:
+    """The paired difference ``b - a`` of ``key`` between two sets of models (two arms of a plan) under one scoring,
+    the models paired by ``models.csv``'s ``pair`` column (a fold): n, mean, SD, the 95% t interval, two-sided p
+    and the count higher.
+
+    Raises:
+        ValueError: ``models.csv`` without a ``pair`` column, a pair named twice in one arm, or fewer than 2 pairs
+            scored in both arms.
+    """
+    rows = read_models(out)
+    if rows and "pair" not in rows[0]:
+        raise ValueError(f"{out / 'models.csv'}: pairing two arms needs a 'pair' column (the fold)")
+    arm: dict[str, dict[str, str]] = {a: {}, b: {}}
+    for row in rows:
+        if row["set"] in arm:
+            if row["pair"] in arm[row["set"]]:
+                raise ValueError(f"{out / 'models.csv'}: pair {row['pair']!r} twice in set {row['set']!r}")
+            arm[row["set"]][row["pair"]] = row["model"]
+    values = _values(out, key, split)
+    pairs = [p for p in arm[a] if p in arm[b] and (arm[a][p], scoring) in values and (arm[b][p], scoring) in values]
+    if len(pairs) < 2:
+        raise ValueError(f"sets {a!r} and {b!r}: {len(pairs)} pairs scored as {scoring!r} in both; need at least 2.")
+    d = np.array([values[(arm[b][p], scoring)] - values[(arm[a][p], scoring)] for p in pairs])
+    return {"scoring": scoring, "a": a, "b": b, "key": key, "pairs": pairs, **_difference(d)}
+
+
+def _values(out: Path, key: str, split: str) -> dict[tuple[str, str], float]:
+    with (out / f"dice_{split}.csv").open(newline="") as f:
+        return {(r["model"], r["scoring"]): float(r[key]) for r in csv.DictReader(f)}
+
+
+def _difference(d: np.ndarray) -> dict:
     t = encoder_difference([d])  # the one-sample t interval of the differences (scipy.stats.ttest_1samp)
     return {
-        "set": set_name, "a": a, "b": b, "key": key, "n": len(d), "mean": t.mean, "sd": float(d.std(ddof=1)),
-        "low": t.low, "high": t.high, "p": t.p, "higher": int((d > 0).sum()),
+        "n": len(d), "mean": t.mean, "sd": float(d.std(ddof=1)), "low": t.low, "high": t.high, "p": t.p,
+        "higher": int((d > 0).sum()),
     }  # fmt: skip
 
 
@@ -182,11 +218,20 @@ def main(argv: list[str] | None = None) -> int:
     read.add_argument("--b", required=True)
     read.add_argument("--key", default="dice")
     read.add_argument("--split", default="val")
+    between = commands.add_parser("arms", help="the paired difference of two sets of models (paired by 'pair')")
+    between.add_argument("out", type=Path)
+    between.add_argument("--scoring", required=True)
+    between.add_argument("--a", required=True, help="the set subtracted")
+    between.add_argument("--b", required=True)
+    between.add_argument("--key", default="dice")
+    between.add_argument("--split", default="val")
     args = parser.parse_args(argv)
     if args.command == "score":
         print(score(args.out, args.runs_root, dict(args.scoring), args.bundle, args.data_dir, args.split))
-    else:
+    elif args.command == "paired":
         print(json.dumps(paired(args.out, args.set, args.a, args.b, args.key, args.split)))
+    else:
+        print(json.dumps(arms(args.out, args.scoring, args.a, args.b, args.key, args.split)))
     return 0
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import benchmarks.score_val as score_val
-from benchmarks.score_val import evaluation_command, main, paired, recipe_overrides
+from benchmarks.score_val import arms, evaluation_command, main, paired, recipe_overrides
 
 DRIVER = ["--init", "random", "--seed", "0", "--split_file", "s.json", "--work_dir", "w", "--output_dir", "w/model"]
 DRIVER += ["--ckpt_dir", "w/released", "--num_workers", "0", "--progress_bar", "False", "--epochs", "5"]
@@ -68,9 +68,9 @@ def test_the_evaluation_runs_as_trained_with_the_scorings_overrides(tmp_path):
 
 def _plan(tmp_path, models):
     out = tmp_path / "plan"
-    out.mkdir()
+    out.mkdir(exist_ok=True)
     with (out / "models.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, ["model", "set", "run_dir"])
+        writer = csv.DictWriter(f, list(models[0]))
         writer.writeheader()
         writer.writerows(models)
     return out
@@ -138,6 +138,37 @@ def test_paired_reading_by_hand(tmp_path):
     assert math.isclose(r["high"] - r["mean"], 4.302652729749462 * r["sd"] / math.sqrt(3), rel_tol=1e-9)
     with pytest.raises(ValueError, match="set 'q': 1 models"):
         paired(out, "q", "A", "B")
+
+
+def test_two_arms_are_paired_by_fold_by_hand(tmp_path):
+    rows = [("a0", "g128", "0"), ("a1", "g128", "1"), ("a2", "g128", "2"), ("b2", "g192", "2"), ("b0", "g192", "0")]
+    rows += [("b1", "g192", "1"), ("b3", "g192", "3")]  # fold 3 has no 128 model: left out
+    out = _plan(tmp_path, [{"model": m, "set": s, "run_dir": m, "pair": k} for m, s, k in rows])
+    with (out / "dice_val.csv").open("w") as f:
+        f.write("model,scoring,dice\na0,full,0.80\na1,full,0.70\na2,full,0.60\nb0,full,0.83\nb1,full,0.69\n")
+        f.write("b2,full,0.66\nb3,full,0.99\na0,other,0.0\nb0,other,1.0\n")
+    r = arms(out, "full", "g128", "g192")
+    # differences by fold 0.03, -0.01, 0.06 (in the order of set a): mean 0.08 / 3; deviations 1/300, -11/300,
+    # 10/300, so SD = sqrt(222 / 90000 / 2); t = mean / (SD / sqrt(3)) on 2 df, two-sided p = 1 - t / sqrt(t^2 + 2)
+    sd = math.sqrt(222 / 90000 / 2)
+    t = (0.08 / 3) / (sd / math.sqrt(3))
+    assert r["pairs"] == ["0", "1", "2"] and r["n"] == 3 and r["higher"] == 2
+    assert math.isclose(r["mean"], 0.08 / 3, rel_tol=1e-9)
+    assert math.isclose(r["sd"], sd, rel_tol=1e-9)
+    assert math.isclose(r["p"], 1 - t / math.sqrt(t * t + 2), rel_tol=1e-9)
+    assert math.isclose(r["high"] - r["mean"], 4.302652729749462 * sd / math.sqrt(3), rel_tol=1e-9)
+    with pytest.raises(ValueError, match="1 pairs scored as 'other'"):
+        arms(out, "other", "g128", "g192")
+
+
+def test_arms_need_a_pair_column_named_once_per_arm(tmp_path):
+    out = _plan(tmp_path, [{"model": "a", "set": "s", "run_dir": "a"}])
+    (out / "dice_val.csv").write_text("model,scoring,dice\n")
+    with pytest.raises(ValueError, match="needs a 'pair' column"):
+        arms(out, "full", "s", "t")
+    out = _plan(tmp_path, [{"model": m, "set": "s", "run_dir": m, "pair": "0"} for m in ("a", "b")])
+    with pytest.raises(ValueError, match="pair '0' twice in set 's'"):
+        arms(out, "full", "s", "t")
 
 
 def test_the_rows_take_the_bundles_own_classes(tmp_path):

@@ -22,11 +22,16 @@ came from another command is refused, naming it.
 (GLCL's) and pooled over the 2D slices (PCL's), so that the evaluation's share of the distance to the published
 figures is measured without the test split.
 
+``times`` gathers the wall time of every epoch of every run from the runs' logs (ignite's "Epoch[n] Complete. Time
+taken" lines of the trainer and of the evaluator it runs after each epoch) into ``<out>/times.csv``, so that a
+round's cost is read from committed rows and outlives the machine that ran it.
+
 Usage (from the repository root)::
 
     OMP_NUM_THREADS=1 python -m benchmarks.finetune_curves --data-root ../shared/data --out curves/acdc \\
         --labeled full --recipe elastic --fold 0 --iterations 6000 --val-every 500 -- --elastic_prob 0.5
     python -m benchmarks.finetune_curves collect curves/acdc
+    python -m benchmarks.finetune_curves times curves/acdc
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ REPO = Path(__file__).resolve().parents[1]
 FIELDS = ["fold", "recipe", "labeled", "draw", "seed", "iteration", "val_dice", "finetune_iterations"]
 VARIANT_FIELDS = ["run", "dice", "dice_ed", "dice_pooled_2d", "num_volumes", "num_volumes_ed"]
 VAL_DICE = re.compile(r"Epoch\[(\d+)\] Metrics -- val_mean_dice: ([0-9.]+)")
+TIME_FIELDS = ["run", "epoch", "iterations", "seconds", "validation_seconds", "seconds_per_iteration"]
+EPOCH_TIME = re.compile(
+    r"ignite\.engine\.engine\.(\w+) - INFO - Epoch\[(\d+)\] Complete\. Time taken: (\d+):(\d+):([0-9.]+)"
+)
 
 
 def fold_split(base: dict, folds: int, fold: int, pool: int, seed: int = 0) -> dict:
@@ -73,6 +82,44 @@ def validation_curve(log: str) -> list[tuple[int, str]]:
     """(epoch, validation Dice) of every validation in a run's log, in epoch order; an epoch validated twice (a run
     stopped after its validation, before its checkpoint, and resumed) counts once, with its later value."""
     return sorted({int(epoch): dice for epoch, dice in VAL_DICE.findall(log)}.items())
+
+
+def epoch_times(log: str) -> dict[int, tuple[float, float]]:
+    """``epoch -> (seconds, validation seconds)`` of every completed trainer epoch in a run's log. ignite times an
+    epoch with its completion handlers, so a trainer epoch's seconds include the validation that ran after it (the
+    evaluator's own "Complete" line, logged just before); an epoch completed twice (a resumed run) counts once, with
+    its later times."""
+    times: dict[int, tuple[float, float]] = {}
+    validation = 0.0
+    for engine, epoch, hours, minutes, seconds in EPOCH_TIME.findall(log):
+        taken = 3600 * int(hours) + 60 * int(minutes) + float(seconds)
+        if "Evaluator" in engine:
+            validation = taken
+        else:
+            times[int(epoch)] = (taken, validation)
+            validation = 0.0
+    return dict(sorted(times.items()))
+
+
+def times(out: Path) -> Path:
+    """``<out>/times.csv`` from every run's ``log.txt``: one row per completed epoch, with its iterations (the run's
+    ``--iterations_per_epoch``) and the training seconds per iteration (the epoch without its validation)."""
+    rows = []
+    for log in sorted(out.glob("runs/*/log.txt")):
+        command = json.loads((log.parent / "command.json").read_text())
+        iterations = int(command[command.index("--iterations_per_epoch") + 1])
+        for epoch, (seconds, validation) in epoch_times(log.read_text()).items():
+            rows.append({
+                "run": log.parent.name, "epoch": epoch, "iterations": iterations, "seconds": round(seconds, 1),
+                "validation_seconds": round(validation, 1),
+                "seconds_per_iteration": round((seconds - validation) / iterations, 3),
+            })  # fmt: skip
+    target = out / "times.csv"
+    with target.open("w", newline="") as f:
+        writer = csv.DictWriter(f, TIME_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return target
 
 
 def check_same_command(run: Path, command: list[str]) -> None:
@@ -149,11 +196,11 @@ def plot(outs: list[Path], target: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["collect"], ["plot"]):
+    if argv[:1] in (["collect"], ["times"], ["plot"]):
         parser = argparse.ArgumentParser(prog=f"finetune_curves {argv[0]}")
-        if argv[0] == "collect":
+        if argv[0] in ("collect", "times"):
             parser.add_argument("out", type=Path, help="a round's output folder")
-            print(collect(parser.parse_args(argv[1:]).out))
+            print((collect if argv[0] == "collect" else times)(parser.parse_args(argv[1:]).out))
         else:
             parser.add_argument("outs", type=Path, nargs="+", help="rounds' output folders (each with curves.csv)")
             parser.add_argument("--to", type=Path, required=True, help="the figure (.png)")

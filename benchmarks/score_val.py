@@ -14,6 +14,12 @@ evaluates into ``<out>/runs/<model>_<scoring>``; one with a ``dice.json`` is not
 ``<out>/dice_<split>.csv`` gets one row per (model, scoring): the primary Dice (3D per volume, ED and ES), the
 variants (end-diastole only, pooled 2D), per class, and the number of volumes.
 
+A model that no longer exists but was scored under another plan (a lost machine's models, whose rows are
+committed) is named in ``models.csv`` with ``scored_in`` (that plan's folder, relative to this one) and
+``scored_as`` (``here:there`` pairs, space-separated: this plan's scoring and the name of the same overrides there):
+``score`` evaluates nothing for it, and its rows are copied from ``<scored_in>/dice_<split>.csv`` under this plan's
+scoring names, with a ``scored_in`` column saying where they come from.
+
 ``paired`` reads the paired difference ``B - A`` of two scorings over the models of one set; ``arms`` reads the
 paired difference ``B - A`` of two sets of models (a plan's arms) under one scoring, paired by ``models.csv``'s
 ``pair`` column (the fold). Both give the mean, its SD, the t interval and two-sided p
@@ -95,9 +101,13 @@ def read_models(out: Path) -> list[dict[str, str]]:
 
 def collect(out: Path, scorings: list[str], split: str = "val") -> Path:
     """``<out>/dice_<split>.csv``: one row per (model of ``models.csv``, scoring) that has a ``dice.json``, with a
-    column per class of the bundle (the classes of ``dice_per_class``)."""
+    column per class of the bundle (the classes of ``dice_per_class``); a model with ``scored_in`` gets the rows
+    copied from that plan (:func:`_scored_elsewhere`)."""
     rows = []
     for row in read_models(out):
+        if row.get("scored_in"):
+            rows += _scored_elsewhere(out, row, scorings, split)
+            continue
         for scoring in scorings:
             summary = out / "runs" / f"{row['model']}_{scoring}" / "eval" / "dice.json"
             if summary.is_file():
@@ -115,12 +125,38 @@ def collect(out: Path, scorings: list[str], split: str = "val") -> Path:
     return target
 
 
+def _scored_elsewhere(out: Path, row: dict[str, str], scorings: list[str], split: str) -> list[dict]:
+    """The rows of ``row``'s model under ``scorings`` (those it maps), copied from the plan named in its
+    ``scored_in``, renamed by its ``scored_as`` (``here:there ...``).
+
+    Raises:
+        ValueError: a ``scored_as`` that is not ``here:there`` pairs, or a mapped row missing there (naming the file).
+    """
+    mapping = dict(pair.split(":", 1) for pair in row.get("scored_as", "").split() if ":" in pair)
+    if len(mapping) != len(row.get("scored_as", "").split()) or not mapping:
+        raise ValueError(f"{out / 'models.csv'}: model {row['model']!r}: scored_as must be 'here:there' pairs")
+    source = out / row["scored_in"] / f"dice_{split}.csv"
+    with source.open(newline="") as f:
+        there = {(r["model"], r["scoring"]): r for r in csv.DictReader(f)}
+    rows = []
+    for scoring in scorings:
+        if scoring not in mapping:
+            continue
+        if (row["model"], mapping[scoring]) not in there:
+            raise ValueError(f"{source}: no row for model {row['model']!r} scored {mapping[scoring]!r}")
+        found = there[(row["model"], mapping[scoring])]
+        rows.append({**found, "scoring": scoring, "scored_in": f"{row['scored_in']}:{mapping[scoring]}"})
+    return rows
+
+
 def score(
     out: Path, runs_root: Path, scorings: dict[str, dict], bundle: Path, data_dir: str | None, split: str = "val"
 ) -> Path:
     """Evaluates every (model, scoring) without a ``dice.json`` yet, then :func:`collect`. A failed evaluation
     stops the run, naming its log."""
     for row in read_models(out):
+        if row.get("scored_in"):
+            continue  # no model to evaluate: its rows are copied by collect
         for name, overrides in scorings.items():
             eval_dir = out / "runs" / f"{row['model']}_{name}"
             if (eval_dir / "eval" / "dice.json").is_file():

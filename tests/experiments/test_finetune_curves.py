@@ -13,6 +13,7 @@ from benchmarks.finetune_curves import (
     fold_split,
     main,
     read_curves,
+    times,
     validation_curve,
 )
 
@@ -95,7 +96,7 @@ def test_curves_of_several_rounds_are_read_per_run_in_iteration_order_and_plotte
 
 
 def test_subcommands_answer_help_instead_of_reading_it_as_a_folder(capsys):
-    for command in ("collect", "plot"):
+    for command in ("collect", "times", "plot"):
         with pytest.raises(SystemExit) as stop:
             main([command, "--help"])
         assert stop.value.code == 0
@@ -106,6 +107,30 @@ def test_a_resumed_runs_log_gives_each_validation_once_with_its_later_value():
     line = "2026-11-28 12:00:00,000 - INFO - Epoch[{}] Metrics -- val_mean_dice: {} \n"
     log = "".join(line.format(e, d) for e, d in ((1, "0.5"), (2, "0.6"), (2, "0.61"), (3, "0.7")))
     assert validation_curve(log) == [(1, "0.5"), (2, "0.61"), (3, "0.7")]
+
+
+def _epoch_line(engine, epoch, taken):
+    stamp = "2026-11-29 04:30:00,000"
+    return f"{stamp} - ignite.engine.engine.{engine} - INFO - Epoch[{epoch}] Complete. Time taken: {taken}\n"
+
+
+def test_epoch_times_are_read_from_the_log_without_their_validation(tmp_path):
+    run = tmp_path / "runs" / "f0_batch20_Lfull_d0_s0"
+    run.mkdir(parents=True)
+    (run / "command.json").write_text(json.dumps(["run", "--iterations_per_epoch", "500", "--epochs", "3"]))
+    log = _epoch_line("SupervisedEvaluator", 1, "00:00:30.000") + _epoch_line("SupervisedTrainer", 1, "00:25:30.000")
+    log += _epoch_line("SupervisedEvaluator", 1, "00:00:31.500") + "...killed before the checkpoint, resumed\n"
+    log += "2026-11-29 05:00:00,000 - INFO - Epoch: 2/3, Iter: 25/500 -- train_loss: 1.0\n"
+    log += _epoch_line("SupervisedEvaluator", 1, "00:00:29.000") + _epoch_line("SupervisedTrainer", 2, "00:25:29.000")
+    log += _epoch_line("SupervisedTrainer", 3, "01:00:00.500")  # an epoch whose validation did not log
+    (run / "log.txt").write_text(log)
+    rows = list(csv.DictReader(times(tmp_path).open()))
+    # epoch 1: (1530 - 30) / 500 = 3.0 s per iteration; epoch 2 once, with its second validation (29 s); epoch 3:
+    # 3600.5 s, nothing to take away
+    assert [(r["epoch"], r["seconds"], r["validation_seconds"], r["seconds_per_iteration"]) for r in rows] == [
+        ("1", "1530.0", "30.0", "3.0"), ("2", "1529.0", "29.0", "3.0"), ("3", "3600.5", "0.0", "7.201")
+    ]  # fmt: skip
+    assert {r["run"] for r in rows} == {"f0_batch20_Lfull_d0_s0"} and rows[0]["iterations"] == "500"
 
 
 def test_resuming_a_run_folder_of_another_command_is_refused(tmp_path):

@@ -171,6 +171,70 @@ def test_arms_need_a_pair_column_named_once_per_arm(tmp_path):
         arms(out, "full", "s", "t")
 
 
+def test_lost_models_are_read_from_the_plan_that_scored_them(tmp_path, monkeypatch):
+    _run(tmp_path, "new")
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "dice_val.csv").write_text(
+        "model,scoring,dice,dice_ed,dice_pooled_2d,rv,num_volumes\n"
+        "lost,one_pass,0.70,0.71,0.72,0.6,24\nlost,mirrored,0.75,0.76,0.77,0.65,24\nother,mirrored,0.1,0.1,0.1,0.1,2\n"
+    )
+    models = [
+        {
+            "model": "lost",
+            "set": "old",
+            "run_dir": "",
+            "pair": "0",
+            "scored_in": "../earlier",
+            "scored_as": "tta:mirrored",
+        },
+        {"model": "new", "set": "new", "run_dir": "worktree/new", "pair": "0", "scored_in": "", "scored_as": ""},
+    ]
+    out = _plan(tmp_path, models)
+    calls = []
+
+    def fake_bundle(command, stdout, stderr, cwd):
+        calls.append(command)
+        eval_dir = score_val.Path(command[command.index("--output_dir") + 1]) / "eval"
+        eval_dir.mkdir(parents=True)
+        per_class = {"rv": 0.7}
+        (eval_dir / "dice.json").write_text(
+            json.dumps(
+                {"dice": 0.8, "dice_ed": 0.8, "dice_pooled_2d": 0.8, "num_volumes": 24, "dice_per_class": per_class}
+            )
+        )
+        return 0
+
+    monkeypatch.setattr(score_val.subprocess, "call", fake_bundle)
+    main(
+        [
+            "score",
+            str(out),
+            "--runs-root",
+            str(tmp_path),
+            "--scoring",
+            'tta={"mirror_axes": [0, 1]}',
+            "--scoring",
+            "x={}",
+        ]
+    )
+    assert len(calls) == 2 and all("worktree/new" in c[c.index("--ckpt_dir") + 1] for c in calls)  # nothing for 'lost'
+    rows = list(csv.DictReader((out / "dice_val.csv").open()))
+    assert rows[0] == {
+        "model": "lost", "scoring": "tta", "dice": "0.75", "dice_ed": "0.76", "dice_pooled_2d": "0.77", "rv": "0.65",
+        "num_volumes": "24", "scored_in": "../earlier:mirrored",
+    }  # fmt: skip
+    assert [(r["model"], r["scoring"], r["scored_in"]) for r in rows[1:]] == [("new", "tta", ""), ("new", "x", "")]
+    models[0]["scored_as"] = "tta:missing"
+    out = _plan(tmp_path, models)
+    with pytest.raises(ValueError, match=r"earlier/dice_val.csv: no row for model 'lost' scored 'missing'"):
+        score_val.collect(out, ["tta"])
+    models[0]["scored_as"] = "tta"
+    out = _plan(tmp_path, models)
+    with pytest.raises(ValueError, match="scored_as must be 'here:there' pairs"):
+        score_val.collect(out, ["tta"])
+
+
 def test_the_rows_take_the_bundles_own_classes(tmp_path):
     out = _plan(tmp_path, [{"model": "p", "set": "primary", "run_dir": "p"}])
     summary = out / "runs" / "p_plain" / "eval" / "dice.json"

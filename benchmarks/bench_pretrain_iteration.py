@@ -473,7 +473,23 @@ def finetune_iteration(args, device: str) -> dict:
 def device_name(device: str) -> str:
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads"
+    return f"{cpu_model()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads"
+
+
+def cpu_model() -> str:
+    """The processor's model name and vector extensions (``/proc/cpuinfo``; the machine's architecture where it is
+    not readable): the ratios of a CPU benchmark depend on them (oneDNN's kernels differ between AVX2, AVX-512 and
+    AMX processors)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    vector = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    if not names:
+        return platform.processor() or platform.machine()
+    return f"{platform.machine()} {names[0]}" + (f" ({', '.join(vector)})" if vector else "")
 
 
 #: what one run can measure (``--parts``).

@@ -316,6 +316,37 @@ def test_elastic_augmentation_and_amp_fine_tune_the_phantom(demo_root):
     assert (Path(wf.parser.get_parsed_content("output_dir")) / "model.pt").is_file()
 
 
+def test_channels_last_fine_tunes_the_phantom_as_the_default_layout_does(demo_root):
+    """``--channels_last True`` keeps the network's convolution weights channels-last (oneDNN's faster layout on the
+    CPU, docs/finetuning.md) and changes only the order of float32 sums: the same seed's run ends with the default
+    layout's loss to float32 rounding, and its kept model loads into a network of the default layout."""
+    runs = {
+        cl: _run("train.json", "run", demo_root, **{**TINY_FT, "channels_last": cl, "run_name": f"layout_{cl}"})
+        for cl in (False, True)
+    }
+    weights = {
+        cl: [p for p in wf.parser.get_parsed_content("network").parameters() if p.dim() == 4] for cl, wf in runs.items()
+    }
+    assert weights[True] and all(p.is_contiguous(memory_format=torch.channels_last) for p in weights[True])
+    assert not all(p.is_contiguous() for p in weights[True]) and all(p.is_contiguous() for p in weights[False])
+    loss = {cl: float(wf.parser.get_parsed_content("train#trainer").state.output[0]["loss"]) for cl, wf in runs.items()}
+    assert loss[True] == pytest.approx(loss[False], rel=1e-4)
+    kept = torch.load(Path(runs[True].parser.get_parsed_content("output_dir")) / "model.pt", weights_only=True)
+    plain = runs[False].parser.get_parsed_content("network_def")
+    plain.load_state_dict(kept)
+    assert all(p.is_contiguous() for p in plain.parameters())
+
+
+@pytest.mark.parametrize("config", ["train.json", "inference.json"])
+def test_channels_last_must_be_a_boolean(config, tmp_path):
+    wf = ConfigWorkflow(
+        config_file=str(DEMO / config), workflow_type=None, bundle_root=str(tmp_path), channels_last="true"
+    )
+    with pytest.raises(RuntimeError) as raised:  # MONAI wraps what the initialize component raised
+        wf.initialize()
+    assert "channels_last='true'" in repr(raised.value) + repr(raised.value.__cause__)
+
+
 @pytest.mark.parametrize(("semi_supervised", "init"), [("mean_teacher", "gcl"), ("mixup", "random"), ("vat", "gcl")])
 def test_semi_supervised_switches_run_through_the_bundle(semi_supervised, init, demo_root):
     wf = _run("train.json", "run", demo_root, **{**TINY_FT, "init": init, "semi_supervised": semi_supervised})
@@ -655,15 +686,17 @@ def _fine_tune(root, crash_after=None, **override):
     return wf
 
 
-def test_fine_tuning_resumes_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_fine_tuning_resumes_bit_for_bit(tmp_path, channels_last):
     """``--resume True`` continues a run stopped after its second epoch from its last checkpoint: the same weights,
-    the same kept model and the same best-model tracking as the uninterrupted run."""
-    full = _fine_tune(tmp_path / "full")
-    stopped = _fine_tune(tmp_path / "stopped", crash_after=2)
+    the same kept model and the same best-model tracking as the uninterrupted run; in either memory layout (the
+    checkpoint keeps the channels-last strides of the weights and of Adam's moments)."""
+    full = _fine_tune(tmp_path / "full", channels_last=channels_last)
+    stopped = _fine_tune(tmp_path / "stopped", crash_after=2, channels_last=channels_last)
     out = tmp_path / "stopped" / "outputs" / "finetune" / "random_L1_d0_s0"
     assert sorted(p.name for p in out.glob("checkpoint*.pt")) == ["checkpoint_epoch=1.pt", "checkpoint_epoch=2.pt"]
     assert stopped.parser.get_parsed_content("train#trainer").state.epoch == 2
-    resumed = _fine_tune(tmp_path / "stopped", resume=True)
+    resumed = _fine_tune(tmp_path / "stopped", resume=True, channels_last=channels_last)
     assert resumed.parser.get_parsed_content("train#trainer").state.iteration == 4 * TINY_FT["iterations_per_epoch"]
     a, b = (wf.parser.get_parsed_content("network").state_dict() for wf in (full, resumed))
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -673,7 +706,7 @@ def test_fine_tuning_resumes_bit_for_bit(tmp_path):
     tracking = [wf.parser.get_parsed_content("validate#checkpointer").state_dict() for wf in (full, resumed)]
     assert tracking[0] == tracking[1] and tracking[0]["_saved"]
     # a finished run resumed again trains no further and keeps its model
-    again = _fine_tune(tmp_path / "stopped", resume=True)
+    again = _fine_tune(tmp_path / "stopped", resume=True, channels_last=channels_last)
     assert again.parser.get_parsed_content("train#trainer").state.iteration == 4 * TINY_FT["iterations_per_epoch"]
     assert all(torch.equal(b[k], v) for k, v in again.parser.get_parsed_content("network").state_dict().items())
     assert all(torch.equal(kept[1][k], v) for k, v in torch.load(roots[1] / "models" / "model.pt").items())

@@ -19,7 +19,7 @@ from gcl_monai.bundle.run_options import (
     set_float32_matmul_precision,
     training_loss,
 )
-from gcl_monai.bundle.runtime import default_device, default_num_workers, process_rank
+from gcl_monai.bundle.runtime import default_device, default_num_workers, memory_format, process_rank
 from gcl_monai.bundle.workflow_steps import as_floats, attach_all, every, image_meta, print_summary, release_model
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "first_enabled",
     "if_enabled",
     "load_or_create_split",
+    "memory_format",
     "process_rank",
     "set_float32_matmul_precision",
     "training_loss",

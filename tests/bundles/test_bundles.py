@@ -67,13 +67,16 @@ def test_bundle_layout_and_metadata(bundle):
         assert key in inference, key
     # MONAI components, plus the few of gcl_monai that make a 2D network a 3D model, guard its input, choose the
     # field of view's crop and the largest-component clean-up (each returning MONAI transforms), stack a DICOM series
-    # by position and write DICOM SEG, find the bundle's folder and refuse an unknown pred_interp
+    # by position and write DICOM SEG, find the bundle's folder, lay out the weights (channels_last), and refuse an
+    # unknown pred_interp or a switch that is not a boolean
     imports = {"gcl_monai.bundle", "gcl_monai.data", "gcl_monai.engines", "gcl_monai.transforms"}
     used = set(re.findall(r"gcl_monai(?:\.\w+)+", json.dumps(inference))) - imports
     assert used == {
         "gcl_monai.bundle.default_device",
         "gcl_monai.bundle.bundle_folder",
         "gcl_monai.bundle.check_choice",
+        "gcl_monai.bundle.check_switches",
+        "gcl_monai.bundle.memory_format",
         "gcl_monai.transforms.PRED_INTERPS",
         "gcl_monai.networks.SliceWise",
         "gcl_monai.transforms.SelectFramed",

@@ -48,7 +48,8 @@ PRETRAIN_SETTINGS_KEY = "pretrain_settings"
 #: fine-tuned per slice; ``config_files``, the configs a run stacks (``train.json``'s names it, for the check of
 #: ``evaluate.json`` on top of it), not a setting; ``resume`` and ``checkpoint_interval``, whether a fine-tuning
 #: continues from its last checkpoint and how often it writes one (a resumed run continues bit for bit on CPU:
-#: tests/bundles/test_bundles.py).
+#: tests/bundles/test_bundles.py); ``channels_last``, the memory layout of the network's weights (the same float32
+#: arithmetic in another order, like the device: docs/results/speed.md).
 IGNORED_KEYS = (
     "config_files",
     "bundle_root",
@@ -64,6 +65,7 @@ IGNORED_KEYS = (
     "batched_augmentation",
     "resume",
     "checkpoint_interval",
+    "channels_last",
 )
 
 #: settings added to the bundles after cells were first recorded, with the value that a run before them had (the

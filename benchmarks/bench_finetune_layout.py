@@ -11,6 +11,9 @@ Beside the speed, what the layout changes: the evaluation-mode output of the sam
 float64, whose largest absolute difference says that ``channels_last`` reorders float32 sums and nothing more
 (bfloat16 does change the precision: a precision switch, measured for its Dice by ``check_amp_finetune``).
 
+Writes the summary to ``--out`` (JSON) and its rows beside it (``.csv``: one row per variant and round with the
+speed-up over float32, and one per variant with its median seconds per step).
+
 Usage (from the repository root)::
 
     OMP_NUM_THREADS=1 python -m benchmarks.bench_finetune_layout --batch-size 20 --image-size 192 \\
@@ -20,6 +23,7 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import statistics
 import tempfile
@@ -34,16 +38,15 @@ from benchmarks.bench_pretrain_iteration import device_name
 VARIANTS = {"float32": (False, False), "channels_last": (True, False), "channels_last+bf16": (True, True)}
 
 
+def _parser(channels_last: bool, work: str):
+    overrides = {"channels_last": channels_last, "init": "random", "device": "$torch.device('cpu')"}
+    return parser_for("train", {**overrides, "bundle_root": work, "split_file": f"{work}/split.json"})
+
+
 def step_function(channels_last: bool, amp: bool, batch_size: int, image_size: int, work: str):
     """One fine-tuning step of ``train.json``'s network, loss and optimiser, built with ``channels_last``; ``amp``
     autocasts the forward pass to bfloat16 (the loss in float32, as the bundle's ``AutocastInferer``)."""
-    parser = parser_for(
-        "train",
-        {
-            "channels_last": channels_last, "init": "random", "device": "$torch.device('cpu')", "bundle_root": work,
-            "split_file": f"{work}/split.json",
-        },
-    )  # fmt: skip
+    parser = _parser(channels_last, work)
     network = parser.get_parsed_content("network")
     optimizer = parser.get_parsed_content("optimizer")
     loss = parser.get_parsed_content("loss")
@@ -66,8 +69,7 @@ def step_function(channels_last: bool, amp: bool, batch_size: int, image_size: i
 def layout_error(batch_size: int, image_size: int, work: str) -> dict:
     """The largest absolute difference from float64 of the evaluation-mode output of one set of weights, in the
     default layout and channels-last (float32), and the output's standard deviation for scale."""
-    network, _ = step_function(False, False, 1, 8, work)
-    network.eval()
+    network = _parser(False, work).get_parsed_content("network").eval()
     image = torch.randn(batch_size, 1, image_size, image_size, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         exact = network.double()(image.double())
@@ -79,6 +81,30 @@ def layout_error(batch_size: int, image_size: int, work: str) -> dict:
         "default_vs_float64": float((default.double() - exact).abs().max()),
         "channels_last_vs_float64": float((last.double() - exact).abs().max()),
     }
+
+
+def rows(result: dict) -> list[dict]:
+    """The CSV rows of a result: each variant's speed-up in each round, then each variant's median seconds per step
+    (round ``median``)."""
+    out = [
+        {"variant": name, "round": i, "speedup_over_float32": ratio, "seconds_per_step": ""}
+        for name, s in result["speedup_over_float32"].items()
+        for i, ratio in enumerate(s["per_round"])
+    ]
+    for name, seconds in result["seconds_per_step"].items():
+        median = result["speedup_over_float32"].get(name, {"median": 1.0})["median"]
+        out.append({"variant": name, "round": "median", "speedup_over_float32": median, "seconds_per_step": seconds})
+    return out
+
+
+def write_rows(result: dict, target: Path) -> Path:
+    with target.open("w", newline="") as f:
+        writer = csv.DictWriter(
+            f, ["variant", "round", "speedup_over_float32", "seconds_per_step"], lineterminator="\n"
+        )
+        writer.writeheader()
+        writer.writerows(rows(result))
+    return target
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -122,6 +148,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"channels_last {error['channels_last_vs_float64']:.2e} (output SD {error['output_sd']:.3f})")  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
+        write_rows(result, args.out.with_suffix(".csv"))
     return result
 
 

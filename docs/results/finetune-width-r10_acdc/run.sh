@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Round 10 (README.md here): random initialisation at L = 2 (draw 0) with the paper's width (32 .. 512), batch 20,
+# 128 x 128, channels-last, folds 0-4; the default-width arm is round 7's batch-20 models (their committed rows).
+# Run from a checkout at a fixed commit, one or two streams side by side, with the precision round 9 chose:
+#   AMP=False DATA=../shared/data OUT=docs/results/finetune-width-r10_acdc bash docs/results/finetune-width-r10_acdc/run.sh NAME
+# Resumable (benchmarks/queue.sh): finished runs are skipped, an interrupted one continues from its last checkpoint.
+set -euo pipefail
+DATA="${DATA:-../shared/data}"
+OUT="${OUT:-docs/results/finetune-width-r10_acdc}"
+AMP="${AMP:?AMP=True or False: the precision round 9 chose, recorded in an amendment of README.md before the runs}"
+case "$AMP" in
+    True) RECIPE=batch20_width512_bf16 ;;
+    False) RECIPE=batch20_width512 ;;
+    *) echo "AMP must be True or False, got '$AMP'" >&2; exit 2 ;;
+esac
+export OMP_NUM_THREADS=1
+# shellcheck source=benchmarks/queue.sh
+source "$(dirname "$0")/../../../benchmarks/queue.sh"
+job() { python -m benchmarks.finetune_curves --data-root "$DATA" --out "$OUT" --labeled 2 --draw 0 --iterations 1500 \
+    --val-every 250 --fold "$1" --recipe "$RECIPE" -- --batch_size 20 --features "[32,64,128,256,512,32]" \
+    --channels_last True --amp "$AMP"; }
+run_queue "${1:?usage: run.sh STREAM_NAME}" 5 >> "$OUT/stream_${1}.log" 2>&1

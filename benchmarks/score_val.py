@@ -113,7 +113,7 @@ def collect(out: Path, scorings: list[str], split: str = "val") -> Path:
             if summary.is_file():
                 d = json.loads(summary.read_text())
                 rows.append({
-                    "model": row["model"], "scoring": scoring, **{k: round(d[k], 4) for k in SUMMARY_KEYS},
+                    "model": row["model"], "scoring": scoring, **{k: _rounded(d[k]) for k in SUMMARY_KEYS},
                     **{k: round(v, 4) for k, v in d["dice_per_class"].items()}, "num_volumes": d["num_volumes"],
                 })  # fmt: skip
     fields = list(dict.fromkeys(k for r in rows for k in r)) or ["model", "scoring", *SUMMARY_KEYS, "num_volumes"]
@@ -211,9 +211,17 @@ def arms(out: Path, scoring: str, a: str, b: str, key: str = "dice", split: str 
     return {"scoring": scoring, "a": a, "b": b, "key": key, "pairs": pairs, **_difference(d)}
 
 
+def _rounded(value: float | None) -> float | str:
+    """A summary value for the rows; ``None`` (a variant with no volume, such as end-diastole only on a dataset
+    without cardiac phases) is an empty cell."""
+    return "" if value is None else round(value, 4)
+
+
 def _values(out: Path, key: str, split: str) -> dict[tuple[str, str], float]:
+    """``(model, scoring) -> key`` of the plan's rows; an empty cell (a variant the dataset has no volume for) is
+    left out, so a reading of it finds no pair."""
     with (out / f"dice_{split}.csv").open(newline="") as f:
-        return {(r["model"], r["scoring"]): float(r[key]) for r in csv.DictReader(f)}
+        return {(r["model"], r["scoring"]): float(r[key]) for r in csv.DictReader(f) if r[key] != ""}
 
 
 def _difference(d: np.ndarray) -> dict:

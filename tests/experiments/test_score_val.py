@@ -248,3 +248,22 @@ def test_the_rows_take_the_bundles_own_classes(tmp_path):
         {"model": "p", "scoring": "plain", "dice": "0.7", "dice_ed": "0.7", "dice_pooled_2d": "0.72",
          "peripheral_zone": "0.6123", "transition_zone": "0.8", "num_volumes": "8"}
     ]  # fmt: skip
+
+
+def test_a_variant_without_volumes_is_an_empty_cell_and_reads_no_pair(tmp_path):
+    # prostate has no cardiac phases: the evaluation's dice_ed is null (docs/results/gate-fullsup_prostate)
+    out = _plan(tmp_path, [{"model": m, "set": "primary", "run_dir": m} for m in ("p", "q")])
+    for model, plain, mirrored in (("p", 0.70, 0.72), ("q", 0.60, 0.65)):
+        for scoring, dice in (("plain", plain), ("mirrored", mirrored)):
+            summary = out / "runs" / f"{model}_{scoring}" / "eval" / "dice.json"
+            summary.parent.mkdir(parents=True)
+            summary.write_text(json.dumps({
+                "dice": dice, "dice_ed": None, "dice_pooled_2d": dice, "num_volumes": 4,
+                "dice_per_class": {"transition_zone": dice},
+            }))  # fmt: skip
+    rows = list(csv.DictReader(score_val.collect(out, ["plain", "mirrored"]).open()))
+    assert [r["dice_ed"] for r in rows] == ["", "", "", ""]
+    reading = score_val.paired(out, "primary", "plain", "mirrored")
+    assert reading["n"] == 2 and reading["mean"] == pytest.approx(0.035)
+    with pytest.raises(ValueError, match="0 models scored both"):
+        score_val.paired(out, "primary", "plain", "mirrored", key="dice_ed")

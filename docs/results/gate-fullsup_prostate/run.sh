@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The prostate full-supervision gate (README.md here): the bundle's full-supervision recipe (batch 20, 2500
+# iterations validated every 500, 128 x 128) on the 5 folds of the 23 non-test cases, channels-last, in the precision
+# that round 9 of ACDC chose. Run from a checkout at a fixed commit, one or two streams side by side:
+#   AMP=False DATA=../shared/data OUT=docs/results/gate-fullsup_prostate bash docs/results/gate-fullsup_prostate/run.sh NAME
+# Resumable (benchmarks/queue.sh): finished runs are skipped, an interrupted one continues from its last checkpoint.
+set -euo pipefail
+DATA="${DATA:-../shared/data}"
+OUT="${OUT:-docs/results/gate-fullsup_prostate}"
+AMP="${AMP:?AMP=True or False: the precision round 9 chose, recorded in an amendment of README.md before the runs}"
+case "$AMP" in
+    True) RECIPE=finetune_fullsup_bf16 ;;
+    False) RECIPE=finetune_fullsup ;;
+    *) echo "AMP must be True or False, got '$AMP'" >&2; exit 2 ;;
+esac
+export OMP_NUM_THREADS=1
+# shellcheck source=benchmarks/queue.sh
+source "$(dirname "$0")/../../../benchmarks/queue.sh"
+job() { python -m benchmarks.finetune_curves --bundle gcl_prostate --base-split docs/results/cpu-mini_prostate/split.json \
+    --data-root "$DATA" --out "$OUT" --labeled full --iterations 2500 --val-every 500 --fold "$1" --recipe "$RECIPE" \
+    -- --batch_size 20 --channels_last True --amp "$AMP"; }
+run_queue "${1:?usage: run.sh STREAM_NAME}" 5 >> "$OUT/stream_${1}.log" 2>&1

@@ -9,6 +9,9 @@ The terms of a time-limited GPU session (issue 33), and checks of what travels t
   :py:attr:`SessionTerms.max_depth` folders, each named in letters, digits, ``.``, ``_`` and ``-``;
 - one command at a time, at most :py:attr:`SessionTerms.command_seconds`; :py:attr:`SessionTerms.device_seconds` of
   device time in all, the machine's start included.
+
+A payload too large for one command travels in parts over consecutive commands while the machine is held (an ignored
+path an earlier command brought stays there): :py:func:`first_session_calls` plans those commands.
 """
 
 from __future__ import annotations
@@ -20,7 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-__all__ = ["MIB", "TERMS", "SessionTerms", "returned_violations", "travel_bytes"]
+__all__ = [
+    "MIB",
+    "TERMS",
+    "CallPlan",
+    "SessionTerms",
+    "first_session_calls",
+    "part_sizes",
+    "returned_violations",
+    "travel_bytes",
+]
 
 MIB = 1 << 20
 #: the unit in which :py:func:`travel_bytes` counts each file (a file system's block)
@@ -128,9 +140,14 @@ def returned_violations(out_dir: Path, terms: SessionTerms = TERMS) -> list[str]
     return problems
 
 
+def in_blocks(size: int) -> int:
+    """``size`` bytes rounded up to whole :py:data:`BLOCK` s, as :py:func:`travel_bytes` counts a file (0 stays 0)."""
+    return -(-size // BLOCK) * BLOCK
+
+
 def _blocks(path: Path) -> int:
     """``path``'s size rounded up to whole :py:data:`BLOCK` s (an empty file counts nothing)."""
-    return -(-path.lstat().st_size // BLOCK) * BLOCK
+    return in_blocks(path.lstat().st_size)
 
 
 def _size(path: Path) -> int:
@@ -172,3 +189,74 @@ def travel_bytes(repo: Path, carry: Sequence[str] = ()) -> dict[str, int]:
         sizes[path] = _size(repo / path)
     sizes["total"] = sum(sizes.values())
     return sizes
+
+
+def part_sizes(total: int, parts: int) -> list[int]:
+    """
+    The sizes of ``total`` bytes cut into ``parts`` consecutive parts as equal as bytes allow: the first ``total %
+    parts`` parts one byte longer than the others (so the last part is never the longest).
+
+    Raises:
+        ValueError: when ``parts`` is not between 1 and ``total``.
+    """
+    if not 1 <= parts <= total:
+        raise ValueError(f"{total} bytes cannot be cut into {parts} non-empty parts.")
+    size, longer = divmod(total, parts)
+    return [size + 1] * longer + [size] * (parts - longer)
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """The commands that bring a payload to a machine, in order: the payload's parts and each command's bytes."""
+
+    #: bytes of each part of the payload (one part: the payload travels whole, not split)
+    parts: tuple[int, ...]
+    #: bytes that travel with each command (the payload's parts counted in whole blocks), in order
+    calls: tuple[int, ...]
+    #: the limit each command is within
+    limit: int
+
+    def describe(self) -> str:
+        """The plan in one line: the number of calls, then each call's bytes (MiB) against the limit."""
+        each = ", ".join(f"{call / MIB:.1f}" for call in self.calls)
+        split = "the payload whole" if len(self.parts) == 1 else f"the payload in {len(self.parts)} parts"
+        return f"{len(self.calls)} call(s), {split}: {each} MiB (limit {self.limit / MIB:.1f} MiB each)"
+
+
+def first_session_calls(checkout: int, wheels: int, payload: int, results: int, limit: int) -> CallPlan:
+    """
+    The fewest commands that bring a first session its payload within ``limit`` bytes each: the payload cut into
+    :py:func:`part_sizes` parts (``offline_payload split --parts K``); each command but the last carries the checkout
+    and one part, the last carries the checkout, the wheels, the last part, the parts' manifest (one block; none
+    when the payload travels whole) and the results' allowance. A part counts in whole :py:data:`BLOCK` s.
+
+    Args:
+        checkout: bytes of the checkout (:py:func:`travel_bytes`' total, already in blocks).
+        wheels: bytes of the wheels.
+        payload: bytes of the payload (the archive).
+        results: bytes allowed for the results and logs.
+        limit: bytes that may travel with one command (:py:attr:`SessionTerms.tree_bytes`).
+
+    Raises:
+        ValueError: naming the sum, when not even the smallest part (one block) fits beside the checkout, or
+            beside the checkout, the wheels and the results.
+    """
+    if payload < 1:
+        raise ValueError(f"a payload of {payload} bytes: nothing to send.")
+    whole = checkout + wheels + in_blocks(payload) + results
+    if whole <= limit:
+        return CallPlan((payload,), (whole,), limit)
+    last_fixed = checkout + wheels + results + BLOCK  # the manifest of a split payload
+    if last_fixed + BLOCK > limit:
+        raise ValueError(
+            f"no part of the payload fits: the last call's checkout {checkout / MIB:.1f} + wheels {wheels / MIB:.1f} "
+            f"+ results {results / MIB:.1f} MiB with a manifest and a one-block part are over the limit of "
+            f"{limit / MIB:.1f} MiB"
+        )
+    count = 2
+    # the parts of part_sizes: the first is the longest, the last the shortest
+    while checkout + in_blocks(-(-payload // count)) > limit or last_fixed + in_blocks(payload // count) > limit:
+        count += 1  # ends by parts of one block at most, which fit (checked above)
+    sizes = part_sizes(payload, count)
+    calls = [checkout + in_blocks(size) for size in sizes[:-1]] + [last_fixed + in_blocks(sizes[-1])]
+    return CallPlan(tuple(sizes), tuple(calls), limit)

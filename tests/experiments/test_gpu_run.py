@@ -18,7 +18,7 @@ from experiments.gpu_session.pack import ARCHIVE
 from experiments.gpu_session.sessions import format_plan, plan_sessions
 from experiments.gpu_session.state import RunState
 from experiments.gpu_session.steps import verdict_stops
-from experiments.gpu_session.terms import TERMS, travel_bytes
+from experiments.gpu_session.terms import MIB, TERMS, first_session_calls, part_sizes, travel_bytes
 from experiments.plan import plan_cells
 from experiments.presets import PRESETS
 from experiments.status import write_status
@@ -55,6 +55,55 @@ def test_travel_bytes_counts_the_tree_and_each_carried_path(tmp_path):
     assert sizes == {"tree": 2 * 4096, "carried": 2 * 4096, "total": 4 * 4096}
     with pytest.raises(FileNotFoundError, match="missing"):
         travel_bytes(tmp_path, ["missing"])
+
+
+def test_part_sizes_are_as_equal_as_bytes_allow_the_last_never_longest():
+    assert part_sizes(10, 3) == [4, 3, 3]
+    assert part_sizes(9, 3) == [3, 3, 3]
+    assert part_sizes(5, 1) == [5]
+    with pytest.raises(ValueError, match="2 bytes cannot be cut into 3"):
+        part_sizes(2, 3)
+
+
+B = 4096  # one block, as travel_bytes counts
+
+
+def test_first_session_calls_one_call_when_the_payload_fits_whole():
+    # checkout 10 blocks + wheels 2 + payload 5 (20380 bytes, counted in whole blocks) + results 1 = 18 blocks
+    plan = first_session_calls(10 * B, 2 * B, 5 * B - 100, B, limit=18 * B)
+    assert plan.parts == (5 * B - 100,) and plan.calls == (18 * B,)
+
+
+def test_first_session_calls_split_the_payload_when_it_does_not():
+    # one block less: the whole is over (18 > 17). The last call carries checkout 10 + wheels 2 + results 1 +
+    # manifest 1 = 14 blocks, so its part may take 3; two parts of 10190 bytes take 3 blocks each
+    plan = first_session_calls(10 * B, 2 * B, 5 * B - 100, B, limit=17 * B)
+    assert plan.parts == (10190, 10190) and plan.calls == (13 * B, 17 * B)
+    # 10 blocks of payload: halves (5 blocks) and thirds (13654 bytes: 4 blocks) leave the last call over 17 blocks;
+    # quarters (10240 bytes: 3 blocks) fit, the first three calls carrying the checkout and one part each
+    plan = first_session_calls(10 * B, 2 * B, 10 * B, B, limit=17 * B)
+    assert plan.parts == (10240,) * 4 and plan.calls == (13 * B, 13 * B, 13 * B, 17 * B)
+
+
+def test_first_session_calls_with_today_s_checkout_and_21_mb_of_encoders_more():
+    wheels, payload = 2_200_000, 44_500_000  # rehearse.WHEELS_BYTES and FULL_PAYLOAD_BYTES
+    # 2026-11-28's checkout (docs/gpu_run.md, "Travel budget"): 13,836,288 + 2,200,000 + 44,503,040 (10,865 blocks)
+    # + 1,048,576 = 61,587,904 bytes in one call
+    assert first_session_calls(13_836_288, wheels, payload, MIB, TERMS.tree_bytes).calls == (61_587_904,)
+    # with 21 MB of encoders tracked the whole would be 82,587,904: two parts of 22,250,000 bytes (5,433 blocks:
+    # 22,253,568); the first call 34,836,288 + 22,253,568, the last adds the wheels, the results and the manifest
+    plan = first_session_calls(13_836_288 + 21_000_000, wheels, payload, MIB, TERMS.tree_bytes)
+    assert plan.parts == (22_250_000, 22_250_000)
+    assert plan.calls == (57_089_856, 60_342_528)
+    assert plan.describe() == "2 call(s), the payload in 2 parts: 54.4, 57.5 MiB (limit 61.0 MiB each)"
+
+
+def test_first_session_calls_refuse_when_no_part_fits_beside_the_checkout():
+    # checkout 10 + wheels 2 + results 1 + manifest 1 + a one-block part = 15 blocks, over 14
+    with pytest.raises(ValueError, match="no part of the payload fits: the last call's checkout 0.0 \\+ wheels"):
+        first_session_calls(10 * B, 2 * B, 5 * B, B, limit=14 * B)
+    with pytest.raises(ValueError, match="a payload of 0 bytes"):
+        first_session_calls(10 * B, 2 * B, 0, B, limit=14 * B)
 
 
 def _work_with_pretrainings(work: Path) -> dict[str, torch.Tensor]:

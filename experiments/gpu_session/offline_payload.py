@@ -19,14 +19,24 @@ send along with the repository, and restores it on the other side:
 - ``unpack ARCHIVE DEST``: the dataset folder again, with the same file names, dataset names, dtypes and values
   (HDF5 attributes and the gzip containers' own headers are not kept: a ``.nii.gz`` is re-compressed around the
   same bytes).
+- ``split ARCHIVE --parts K`` (or ``--max-bytes N``): ``ARCHIVE`` cut into byte parts ``ARCHIVE.part0``,
+  ``ARCHIVE.part1``, ... as equal as bytes allow, and their manifest ``ARCHIVE.parts.json`` (each part's size and
+  SHA-256, and the whole archive's), for a payload too large to travel with one command beside the checkout: the
+  parts go over consecutive commands while the machine is held, each command carrying only its own part (an ignored
+  path an earlier command brought stays on the machine; carrying ``.offline`` whole would replace the folder and
+  delete the parts sent before). The archive can then be removed here. ``terms.first_session_calls`` gives the
+  number of parts; the rehearsal prints it (docs/gpu_run.md, "Travel budget").
+- ``join ARCHIVE.parts.json``: the archive again, written only once every part is there with its size and SHA-256
+  and the whole has the archive's; a missing or damaged part is named, to be sent again.
 - ``wheels DEST``: the wheels of the packages this project needs beyond PyTorch, NumPy, SciPy, h5py, PyYAML,
   matplotlib and TensorBoard (which GPU images carry), at the versions installed here, for CPython 3.12 on
   x86-64 Linux (``--python-version`` to change). nibabel (3.3 MB, the largest) only with ``--with-nibabel``: a
   ``gpu-run`` comparison reads ACDC's HDF5 without it, the speed benchmark's synthetic dataset and the tests' data
   are NIfTI.
 
-On the offline machine, ``benchmarks/offline_setup.sh`` installs the wheels into a private folder, unpacks the
-archives and exports ``PYTHONPATH`` and ``GCL_DATA_ROOT`` (docs/benchmark.md, "On an offline GPU machine").
+On the offline machine, ``benchmarks/offline_setup.sh`` installs the wheels into a private folder, joins the
+archives that came in parts and unpacks the archives (``benchmarks/offline_data.sh``), and exports ``PYTHONPATH``
+and ``GCL_DATA_ROOT`` (docs/benchmark.md, "On an offline GPU machine").
 """
 
 from __future__ import annotations
@@ -42,12 +52,25 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Collection
+from glob import escape as glob_escape
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["NIFTI_PACKAGES", "OFFLINE_PACKAGES", "download_wheels", "pack", "unpack"]
+from experiments.gpu_session.terms import part_sizes
+
+__all__ = [
+    "NIFTI_PACKAGES",
+    "OFFLINE_PACKAGES",
+    "PARTS_SUFFIX",
+    "download_wheels",
+    "join",
+    "pack",
+    "parts_manifest",
+    "split",
+    "unpack",
+]
 
 #: packages installed from wheels on the offline machine (its image has torch, numpy, scipy, h5py, yaml, ...): what
 #: ``gpu-run``'s diagnosis and comparison need on ACDC's HDF5 (checked with nibabel blocked, docs/gpu_run.md)
@@ -57,6 +80,8 @@ OFFLINE_PACKAGES = ("monai", "pytorch-ignite", "fire", "termcolor")
 NIFTI_PACKAGES = ("nibabel",)
 
 _MANIFEST = "manifest.json"
+#: the manifest of an archive cut into parts: ``ARCHIVE`` + this suffix, beside the parts ``ARCHIVE.part0``, ...
+PARTS_SUFFIX = ".parts.json"
 _PATIENT = re.compile(r"^patient\d+")
 
 
@@ -251,6 +276,109 @@ def unpack(archive: Path, dest: Path) -> list[Path]:
     return written
 
 
+def parts_manifest(archive: Path) -> Path:
+    """The manifest of ``archive``'s parts: ``ARCHIVE.parts.json`` beside it."""
+    return archive.with_name(archive.name + PARTS_SUFFIX)
+
+
+def _part_name(archive: Path, index: int) -> str:
+    return f"{archive.name}.part{index}"
+
+
+def _remove_stale_parts(archive: Path, kept: Collection[str]) -> None:
+    """Removes the parts of an earlier split of ``archive`` (``ARCHIVE.partN``) that are not in ``kept``."""
+    stale = [
+        path
+        for path in archive.parent.glob(f"{glob_escape(archive.name)}.part*")
+        if re.fullmatch(re.escape(archive.name) + r"\.part\d+", path.name) and path.name not in kept
+    ]
+    for path in stale:
+        path.unlink()
+
+
+def split(archive: Path, parts: int) -> dict:
+    """
+    Cut ``archive`` into ``parts`` byte parts ``ARCHIVE.part0``, ``ARCHIVE.part1``, ... (as equal as bytes allow:
+    :py:func:`experiments.gpu_session.terms.part_sizes`) and write their manifest ``ARCHIVE.parts.json`` (each
+    part's name, size and SHA-256, and the whole archive's size and SHA-256); returns the manifest. Parts of an
+    earlier split of the same archive that the new one does not write are removed. ``archive`` itself stays: remove
+    it (or keep it elsewhere) when only the parts should travel; :py:func:`join` makes it again.
+
+    Raises:
+        FileNotFoundError: naming ``archive`` when it is not a file.
+        ValueError: when ``parts`` is not between 1 and the archive's size.
+    """
+    archive = Path(archive)
+    if not archive.is_file():
+        raise FileNotFoundError(f"{archive} is not a file to split.")
+    data = archive.read_bytes()
+    entries, start = [], 0
+    for index, size in enumerate(part_sizes(len(data), parts)):
+        chunk = data[start : start + size]
+        start += size
+        name = _part_name(archive, index)
+        (archive.parent / name).write_bytes(chunk)
+        entries.append({"name": name, "bytes": size, "sha256": hashlib.sha256(chunk).hexdigest()})
+    manifest = {
+        "archive": archive.name,
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "parts": entries,
+    }
+    _remove_stale_parts(archive, {entry["name"] for entry in entries})
+    parts_manifest(archive).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def join(manifest_path: Path) -> Path:
+    """
+    Join the parts that ``manifest_path`` (``ARCHIVE.parts.json``, written by :py:func:`split`) lists into ``ARCHIVE``
+    beside it, after checking that every part is there with its size and SHA-256 and that the whole has the
+    archive's; returns ``ARCHIVE``. Nothing is written under ``ARCHIVE``'s name unless every check passes.
+
+    Raises:
+        FileNotFoundError: naming every missing part (and saying to send them again).
+        ValueError: naming every part whose size or SHA-256 differs from the manifest's, or when the joined bytes
+            are not the archive's (a manifest of another split).
+    """
+    manifest_path = Path(manifest_path)
+    manifest = json.loads(manifest_path.read_text())
+    folder = manifest_path.parent
+    archive = folder / manifest["archive"]
+    missing = [str(folder / entry["name"]) for entry in manifest["parts"] if not (folder / entry["name"]).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{manifest_path}: {len(missing)} of {len(manifest['parts'])} parts missing: {', '.join(missing)}. "
+            "Send them again (a machine that went back between calls keeps none of the parts sent before)."
+        )
+    joining = archive.with_name(archive.name + ".joining")
+    whole, damaged = hashlib.sha256(), []
+    with open(joining, "wb") as out:
+        for entry in manifest["parts"]:
+            path = folder / entry["name"]
+            chunk = path.read_bytes()
+            digest = hashlib.sha256(chunk).hexdigest()
+            if len(chunk) != entry["bytes"] or digest != entry["sha256"]:
+                damaged.append(
+                    f"{path} ({len(chunk)} bytes, SHA-256 {digest[:12]}...; the manifest: {entry['bytes']} bytes, "
+                    f"{entry['sha256'][:12]}...)"
+                )
+                continue
+            out.write(chunk)
+            whole.update(chunk)
+    if damaged:
+        joining.unlink()
+        raise ValueError(f"{manifest_path}: damaged parts: {'; '.join(damaged)}. Send them again.")
+    if whole.hexdigest() != manifest["sha256"]:
+        joining.unlink()
+        raise ValueError(
+            f"{manifest_path}: the parts match their SHA-256 but not {archive.name}'s: the manifest and the parts "
+            "come from different splits. Split the archive again and send every part and the manifest."
+        )
+    joining.replace(archive)
+    return archive
+
+
 def finetune_patients_of(returned: Path, data_root: Path) -> list[str]:
     """
     The patients the fine-tuning of a ``gpu-run`` reads
@@ -306,6 +434,26 @@ def download_wheels(dest: Path, python_version: str = "3.12", nifti: bool = Fals
     return requirements
 
 
+def _split_command(archive: Path, parts: int | None, max_bytes: int | None) -> None:
+    """``split``: the parts (``--parts``, or the fewest of at most ``--max-bytes``), written and listed."""
+    if not archive.is_file():
+        raise SystemExit(f"{archive} is not a file to split.")
+    if max_bytes is not None:
+        if max_bytes < 1:
+            raise SystemExit(f"--max-bytes {max_bytes}: a part holds at least one byte.")
+        parts = -(-archive.stat().st_size // max_bytes)
+    try:
+        manifest = split(archive, parts)
+    except ValueError as error:
+        raise SystemExit(f"offline_payload split: {error}") from None
+    for entry in manifest["parts"]:
+        print(f"{archive.parent / entry['name']}: {entry['bytes']:,} bytes")
+    print(
+        f"{parts_manifest(archive)}: the manifest. Remove {archive} (or keep it elsewhere) before the calls: "
+        "benchmarks/offline_setup.sh joins the parts where the archive is absent."
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m experiments.gpu_session.offline_payload", description=__doc__.split("\n")[1]
@@ -326,6 +474,21 @@ def main(argv: list[str] | None = None) -> None:
     u = commands.add_parser("unpack", help="restore a packed dataset folder")
     u.add_argument("archive", type=Path)
     u.add_argument("dest", type=Path)
+    c = commands.add_parser(
+        "split",
+        help="cut an archive into byte parts ARCHIVE.part0, ... and their manifest ARCHIVE.parts.json, to send over "
+        "several calls; ARCHIVE can then be removed (benchmarks/offline_setup.sh joins the parts where it is absent)",
+    )
+    c.add_argument("archive", type=Path)
+    size = c.add_mutually_exclusive_group(required=True)
+    size.add_argument("--parts", type=int, metavar="K", help="K parts, as equal as bytes allow")
+    size.add_argument("--max-bytes", type=int, metavar="N", help="the fewest equal parts of at most N bytes each")
+    j = commands.add_parser(
+        "join",
+        help="check every part that ARCHIVE.parts.json lists (presence, size, SHA-256) and join them into ARCHIVE; "
+        "a missing or damaged part is named, and nothing is written",
+    )
+    j.add_argument("manifest", type=Path, metavar="ARCHIVE.parts.json")
     w = commands.add_parser("wheels", help="download the wheels the offline machine lacks")
     w.add_argument("dest", type=Path)
     w.add_argument("--python-version", default="3.12")
@@ -345,6 +508,14 @@ def main(argv: list[str] | None = None) -> None:
             print(f"patients of the fine-tuning: {len(patients)} ({', '.join(patients)})")
     elif args.command == "unpack":
         print(f"{args.dest}: {len(unpack(args.archive, args.dest))} files restored from {args.archive}")
+    elif args.command == "split":
+        _split_command(args.archive, args.parts, args.max_bytes)
+    elif args.command == "join":
+        try:
+            archive = join(args.manifest)
+        except (FileNotFoundError, ValueError) as error:
+            raise SystemExit(f"offline_payload join: {error}") from None
+        print(f"{archive}: joined from the parts that {args.manifest} lists, every SHA-256 checked")
     else:
         for requirement in download_wheels(args.dest, args.python_version, args.with_nibabel):
             print(requirement)

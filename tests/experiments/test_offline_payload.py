@@ -16,11 +16,16 @@ from experiments.gpu_session.offline_payload import (
     _integer_encoding,
     _predictive_decoding,
     _predictive_encoding,
+    join,
+    main,
     pack,
+    split,
     unpack,
 )
 
 h5py = pytest.importorskip("h5py")
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _dataset_folder(root):
@@ -190,3 +195,156 @@ def test_a_payload_cut_to_some_patients_keeps_their_files_and_those_of_no_patien
     assert len(written) == 4 and (tmp_path / "dst" / "training" / "patient003" / "Info.cfg").read_text() == (
         "Group: DCM\n"
     )
+
+
+def _random_archive(path: Path, size: int = 10_000) -> bytes:
+    data = np.random.default_rng(2).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    return data
+
+
+def test_split_and_join_restore_a_packed_archive_bit_for_bit(tmp_path):
+    archive = tmp_path / "payload" / "acdc.tar.xz"
+    pack(_dataset_folder(tmp_path / "src"), archive)
+    original = archive.read_bytes()
+    manifest = split(archive, 3)
+    names = [f"acdc.tar.xz.part{i}" for i in range(3)]
+    assert [entry["name"] for entry in manifest["parts"]] == names
+    # as equal as bytes allow, the first ones a byte longer
+    size, longer = divmod(len(original), 3)
+    assert [entry["bytes"] for entry in manifest["parts"]] == [size + (i < longer) for i in range(3)]
+    assert b"".join((archive.parent / name).read_bytes() for name in names) == original
+    assert json.loads((tmp_path / "payload" / "acdc.tar.xz.parts.json").read_text()) == manifest
+    archive.unlink()
+    assert join(tmp_path / "payload" / "acdc.tar.xz.parts.json") == archive
+    assert archive.read_bytes() == original
+    assert len(unpack(archive, tmp_path / "dst")) == 3
+
+
+def test_a_new_split_removes_the_parts_of_an_earlier_one(tmp_path):
+    archive = tmp_path / "a.tar.xz"
+    data = _random_archive(archive)
+    split(archive, 3)
+    (tmp_path / "a.tar.xz.part10").write_bytes(b"x")  # an earlier split's, as its name says
+    (tmp_path / "a.tar.xz.part1.bak").write_bytes(b"y")  # not a part: stays
+    split(archive, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.tar.xz",
+        "a.tar.xz.part0",
+        "a.tar.xz.part1",
+        "a.tar.xz.part1.bak",
+        "a.tar.xz.parts.json",
+    ]
+    assert (tmp_path / "a.tar.xz.part0").read_bytes() + (tmp_path / "a.tar.xz.part1").read_bytes() == data
+
+
+def test_join_names_the_missing_parts_and_writes_nothing(tmp_path):
+    archive = tmp_path / "a.tar.xz"
+    _random_archive(archive)
+    split(archive, 3)
+    archive.unlink()
+    (tmp_path / "a.tar.xz.part0").unlink()
+    (tmp_path / "a.tar.xz.part2").unlink()
+    with pytest.raises(FileNotFoundError) as refused:
+        join(tmp_path / "a.tar.xz.parts.json")
+    message = str(refused.value)
+    assert f"2 of 3 parts missing: {tmp_path / 'a.tar.xz.part0'}, {tmp_path / 'a.tar.xz.part2'}." in message
+    assert "Send them again" in message and "went back between calls" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tar.xz.part1", "a.tar.xz.parts.json"]
+
+
+def test_join_names_a_damaged_part_and_writes_nothing(tmp_path):
+    archive = tmp_path / "a.tar.xz"
+    _random_archive(archive)
+    split(archive, 3)
+    archive.unlink()
+    part = tmp_path / "a.tar.xz.part1"
+    damaged = bytearray(part.read_bytes())
+    damaged[100] ^= 1  # one bit, the size unchanged
+    part.write_bytes(bytes(damaged))
+    with pytest.raises(ValueError, match="damaged parts") as refused:
+        join(tmp_path / "a.tar.xz.parts.json")
+    message = str(refused.value)
+    assert f"{part} (3333 bytes" in message and "a.tar.xz.part0" not in message and "a.tar.xz.part2" not in message
+    assert message.endswith("Send them again.")
+    part.write_bytes(bytes(damaged[:-1]))  # a part cut short
+    with pytest.raises(ValueError, match=f"{part.name} \\(3332 bytes"):
+        join(tmp_path / "a.tar.xz.parts.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.tar.xz.part0",
+        "a.tar.xz.part1",
+        "a.tar.xz.part2",
+        "a.tar.xz.parts.json",
+    ]
+
+
+def test_join_refuses_parts_of_another_split(tmp_path):
+    archive = tmp_path / "a.tar.xz"
+    _random_archive(archive)
+    manifest = split(archive, 2)
+    archive.unlink()
+    manifest["sha256"] = "0" * 64  # every part matches its own entry, the whole another archive's
+    (tmp_path / "a.tar.xz.parts.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="come from different splits"):
+        join(tmp_path / "a.tar.xz.parts.json")
+    assert not archive.exists() and not (tmp_path / "a.tar.xz.joining").exists()
+
+
+def test_split_and_join_commands(tmp_path, capsys):
+    archive = tmp_path / "a.tar.xz"
+    data = _random_archive(archive)
+    main(["split", str(archive), "--max-bytes", "4000"])  # 10,000 bytes: 3 parts of 3334, 3333 and 3333
+    assert [len((tmp_path / f"a.tar.xz.part{i}").read_bytes()) for i in range(3)] == [3334, 3333, 3333]
+    assert not (tmp_path / "a.tar.xz.part3").exists()
+    assert f"Remove {archive}" in capsys.readouterr().out
+    main(["split", str(archive), "--parts", "2"])
+    assert not (tmp_path / "a.tar.xz.part2").exists()
+    archive.unlink()
+    main(["join", str(tmp_path / "a.tar.xz.parts.json")])
+    assert archive.read_bytes() == data
+    archive.unlink()
+    (tmp_path / "a.tar.xz.part1").unlink()
+    with pytest.raises(SystemExit, match="offline_payload join: .*1 of 2 parts missing: .*a.tar.xz.part1"):
+        main(["join", str(tmp_path / "a.tar.xz.parts.json")])
+    with pytest.raises(SystemExit, match="cannot be cut into 20000 non-empty parts"):
+        main(["split", str(tmp_path / "a.tar.xz.part0"), "--parts", "20000"])
+
+
+def _data_script(payload: Path, data_root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "offline_data.sh"), str(payload), str(data_root)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def test_setup_joins_an_archive_sent_in_parts_then_unpacks_it(tmp_path):
+    src = _dataset_folder(tmp_path / "src")
+    archive = tmp_path / "payload" / "data" / "acdc.tar.xz"
+    pack(src, archive)
+    original = archive.read_bytes()
+    split(archive, 2)
+    archive.unlink()
+    done = _data_script(tmp_path / "payload", tmp_path / "data")
+    assert done.returncode == 0, done.stderr
+    assert archive.read_bytes() == original
+    with h5py.File(src / "patient001_frame01.h5") as a, h5py.File(tmp_path / "data/acdc/patient001_frame01.h5") as b:
+        np.testing.assert_array_equal(a["image"][()].view(np.uint32), b["image"][()].view(np.uint32))
+    assert (tmp_path / "data" / "acdc" / "README.md").read_text() == "notes\n"
+
+
+def test_setup_names_a_missing_part_and_unpacks_nothing(tmp_path):
+    archive = tmp_path / "payload" / "data" / "acdc.tar.xz"
+    pack(_dataset_folder(tmp_path / "src"), archive)
+    split(archive, 2)
+    archive.unlink()
+    (tmp_path / "payload" / "data" / "acdc.tar.xz.part0").unlink()  # the machine went back after the first call
+    done = _data_script(tmp_path / "payload", tmp_path / "data")
+    assert done.returncode == 1
+    assert f"1 of 2 parts missing: {tmp_path / 'payload/data/acdc.tar.xz.part0'}." in done.stderr
+    assert "Send them again" in done.stderr
+    assert not (tmp_path / "data").exists() and not archive.exists()
+    # a dataset already unpacked on the machine (an earlier call) needs no parts
+    (tmp_path / "data" / "acdc").mkdir(parents=True)
+    assert _data_script(tmp_path / "payload", tmp_path / "data").returncode == 0

@@ -106,6 +106,30 @@ def test_first_session_calls_refuse_when_no_part_fits_beside_the_checkout():
         first_session_calls(10 * B, 2 * B, 0, B, limit=14 * B)
 
 
+def test_the_rehearsal_checks_each_call_of_a_first_session():
+    from experiments.gpu_session.rehearse import _first_session_travel
+
+    ok, detail = _first_session_travel(13_836_288)  # 2026-11-28's checkout: 61,587,904 bytes, one call
+    assert ok and detail.endswith("1 call(s), the payload whole: 58.7 MiB (limit 61.0 MiB each)")
+    ok, detail = _first_session_travel(13_836_288 + 21_000_000)  # 21 MB of encoders more: two calls
+    assert ok
+    assert detail == (
+        "checkout 33.2 + wheels 2.1 + ACDC 42.4 + results 1.0 MiB: 2 call(s), the payload in 2 parts: 54.4, 57.5 MiB "
+        "(limit 61.0 MiB each) (offline_payload split --parts 2)"
+    )
+    # a checkout of 61,000,000 bytes leaves no room beside the wheels and results: 61e6 + 2.2e6 + 1 MiB > 64e6
+    ok, detail = _first_session_travel(61_000_000)
+    assert not ok and "no part of the payload fits" in detail and detail.startswith("checkout 58.2 + wheels")
+    # the terms' limit is the one checked: under 30,000,000 bytes the last call leaves 12,911,040 bytes for its part
+    # (30e6 - 13,836,288 - 2,200,000 - 1,048,576 - 4,096), so quarters of 11,125,000 bytes (11,128,832 in blocks)
+    ok, detail = _first_session_travel(13_836_288, SessionTerms(tree_bytes=30_000_000))
+    assert ok and detail.endswith(
+        "4 call(s), the payload in 4 parts: 23.8, 23.8, 23.8, 26.9 MiB (limit 28.6 MiB each) "
+        "(offline_payload split --parts 4)"
+    )
+    assert not _first_session_travel(13_836_288, SessionTerms(tree_bytes=17_000_000))[0]  # 17,093,056 needed
+
+
 def _work_with_pretrainings(work: Path) -> dict[str, torch.Tensor]:
     """A work folder with a finished pre-training (encoder) and an interrupted one (its checkpoint)."""
     RunState(work).create("rehearse", None)

@@ -474,20 +474,20 @@ def main(argv: list[str] | None = None) -> None:
     u = commands.add_parser("unpack", help="restore a packed dataset folder")
     u.add_argument("archive", type=Path)
     u.add_argument("dest", type=Path)
-    c = commands.add_parser(
-        "split",
-        help="cut an archive into byte parts ARCHIVE.part0, ... and their manifest ARCHIVE.parts.json, to send over "
-        "several calls; ARCHIVE can then be removed (benchmarks/offline_setup.sh joins the parts where it is absent)",
+    split_help = (
+        "cut an archive into byte parts ARCHIVE.part0, ... and their manifest ARCHIVE.parts.json, to send over "
+        "several calls; ARCHIVE can then be removed (benchmarks/offline_setup.sh joins the parts where it is absent)"
     )
+    c = commands.add_parser("split", help=split_help, description=split_help)
     c.add_argument("archive", type=Path)
     size = c.add_mutually_exclusive_group(required=True)
     size.add_argument("--parts", type=int, metavar="K", help="K parts, as equal as bytes allow")
     size.add_argument("--max-bytes", type=int, metavar="N", help="the fewest equal parts of at most N bytes each")
-    j = commands.add_parser(
-        "join",
-        help="check every part that ARCHIVE.parts.json lists (presence, size, SHA-256) and join them into ARCHIVE; "
-        "a missing or damaged part is named, and nothing is written",
+    join_help = (
+        "check every part that ARCHIVE.parts.json lists (presence, size, SHA-256) and join them into ARCHIVE; a "
+        "missing or damaged part is named, and nothing is written"
     )
+    j = commands.add_parser("join", help=join_help, description=join_help)
     j.add_argument("manifest", type=Path, metavar="ARCHIVE.parts.json")
     w = commands.add_parser("wheels", help="download the wheels the offline machine lacks")
     w.add_argument("dest", type=Path)

@@ -7,15 +7,12 @@
 set -euo pipefail
 DATA="${DATA:-../shared/data}"
 OUT="${OUT:-docs/results/finetune-width-r10_acdc}"
-AMP="${AMP:?AMP=True or False: the precision round 9 chose, recorded in an amendment of README.md before the runs}"
-case "$AMP" in
-    True) RECIPE=batch20_width512_bf16 ;;
-    False) RECIPE=batch20_width512 ;;
-    *) echo "AMP must be True or False, got '$AMP'" >&2; exit 2 ;;
-esac
 export OMP_NUM_THREADS=1
 # shellcheck source=benchmarks/queue.sh
 source "$(dirname "$0")/../../../benchmarks/queue.sh"
+# shellcheck source=benchmarks/precision.sh
+source "$(dirname "$0")/../../../benchmarks/precision.sh"
+RECIPE="$(amp_recipe batch20_width512)"
 job() { python -m benchmarks.finetune_curves --data-root "$DATA" --out "$OUT" --labeled 2 --draw 0 --iterations 1500 \
     --val-every 250 --fold "$1" --recipe "$RECIPE" -- --batch_size 20 --features "[32,64,128,256,512,32]" \
     --channels_last True --amp "$AMP"; }

@@ -7,15 +7,12 @@
 set -euo pipefail
 DATA="${DATA:-../shared/data}"
 OUT="${OUT:-docs/results/gate-fullsup_prostate}"
-AMP="${AMP:?AMP=True or False: the precision round 9 chose, recorded in an amendment of README.md before the runs}"
-case "$AMP" in
-    True) RECIPE=finetune_fullsup_bf16 ;;
-    False) RECIPE=finetune_fullsup ;;
-    *) echo "AMP must be True or False, got '$AMP'" >&2; exit 2 ;;
-esac
 export OMP_NUM_THREADS=1
 # shellcheck source=benchmarks/queue.sh
 source "$(dirname "$0")/../../../benchmarks/queue.sh"
+# shellcheck source=benchmarks/precision.sh
+source "$(dirname "$0")/../../../benchmarks/precision.sh"
+RECIPE="$(amp_recipe finetune_fullsup)"
 job() { python -m benchmarks.finetune_curves --bundle gcl_prostate --base-split docs/results/cpu-mini_prostate/split.json \
     --data-root "$DATA" --out "$OUT" --labeled full --iterations 2500 --val-every 500 --fold "$1" --recipe "$RECIPE" \
     -- --batch_size 20 --channels_last True --amp "$AMP"; }

@@ -13,6 +13,17 @@ def _stream(out: Path, name: str, count: int) -> subprocess.Popen:
     return subprocess.Popen(["bash", "-c", script], stdout=subprocess.DEVNULL)
 
 
+def _claim(out: Path, index: int) -> int:
+    script = f'OUT="{out}"; source "{QUEUE}"; claim_job {index}'
+    return subprocess.run(["bash", "-c", script]).returncode
+
+
+def _dead_pid() -> int:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    return dead.pid
+
+
 def test_two_streams_run_each_job_once_and_skip_finished_ones(tmp_path):
     streams = [_stream(tmp_path, name, 6) for name in ("A", "B")]
     assert [s.wait() for s in streams] == [0, 0]
@@ -26,9 +37,32 @@ def test_two_streams_run_each_job_once_and_skip_finished_ones(tmp_path):
 def test_a_dead_streams_claim_is_taken_over(tmp_path):
     claim = tmp_path / "runs" / "claims" / "0"
     claim.mkdir(parents=True)
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    (claim / "pid").write_text(f"{dead.pid}\n")  # a stream that stopped while running job 0
+    (claim / "pid").write_text(f"{_dead_pid()}\n")  # a stream that stopped while running job 0
     assert _stream(tmp_path, "A", 2).wait() == 0
     assert sorted((tmp_path / "ran").read_text().split()) == ["0", "1", "A", "A"]
     assert (claim / "done").is_file()
+
+
+def test_a_finished_job_whose_stream_has_ended_is_not_claimed_again(tmp_path):
+    # the race of two streams at the last job: one finishes it and exits between the other's `done` check and its
+    # claim; the claim's owner is dead, but its job is done
+    claim = tmp_path / "runs" / "claims" / "0"
+    claim.mkdir(parents=True)
+    (claim / "pid").write_text(f"{_dead_pid()}\n")
+    (claim / "done").touch()
+    assert _claim(tmp_path, 0) == 1
+    assert (claim / "done").is_file()
+
+
+def test_a_claim_holds_its_process_id_and_a_live_claim_is_refused(tmp_path):
+    assert _claim(tmp_path, 3) == 0
+    claims = tmp_path / "runs" / "claims"
+    assert sorted(p.name for p in claims.iterdir()) == ["3"]  # no temporary folder left beside it
+    live = subprocess.Popen(["sleep", "30"])
+    try:
+        (claims / "3" / "pid").write_text(f"{live.pid}\n")
+        assert _claim(tmp_path, 3) == 1
+        assert (claims / "3" / "pid").read_text() == f"{live.pid}\n"
+    finally:
+        live.kill()
+        live.wait()

@@ -150,13 +150,28 @@ def _scored_elsewhere(out: Path, row: dict[str, str], scorings: list[str], split
 
 
 def score(
-    out: Path, runs_root: Path, scorings: dict[str, dict], bundle: Path, data_dir: str | None, split: str = "val"
+    out: Path,
+    runs_root: Path,
+    scorings: dict[str, dict],
+    bundle: Path,
+    data_dir: str | None,
+    split: str = "val",
+    models: list[str] | None = None,
 ) -> Path:
-    """Evaluates every (model, scoring) without a ``dice.json`` yet, then :func:`collect`. A failed evaluation
-    stops the run, naming its log."""
-    for row in read_models(out):
-        if row.get("scored_in"):
-            continue  # no model to evaluate: its rows are copied by collect
+    """Evaluates every (model, scoring) without a ``dice.json`` yet, then :func:`collect`; with ``models``, only
+    those models of ``models.csv`` (a run scored in the session that trained it, before the machine that holds it
+    goes; the rows of the others already scored are kept). A failed evaluation stops the run, naming its log.
+
+    Raises:
+        ValueError: a name in ``models`` that ``models.csv`` does not list (naming the file).
+    """
+    rows = read_models(out)
+    unknown = sorted(set(models or []) - {row["model"] for row in rows})
+    if unknown:
+        raise ValueError(f"{out / 'models.csv'} lists no model {', '.join(unknown)}")
+    for row in rows:
+        if row.get("scored_in") or (models and row["model"] not in models):
+            continue  # no model to evaluate (its rows are copied by collect), or not asked for
         for name, overrides in scorings.items():
             eval_dir = out / "runs" / f"{row['model']}_{name}"
             if (eval_dir / "eval" / "dice.json").is_file():
@@ -255,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--bundle", type=Path, default=REPO / "bundles" / "gcl_acdc")
     run.add_argument("--data-dir", default=None, help="the dataset folder, where the splits' paths need one")
     run.add_argument("--split", default="val", help="the patients scored: val, or test for a reading set down before")
+    run.add_argument("--model", action="append", help="score only this model of models.csv (repeatable)")
     read = commands.add_parser("paired", help="the paired difference of two scorings over a set of models")
     read.add_argument("out", type=Path)
     read.add_argument("--set", required=True)
@@ -271,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     between.add_argument("--split", default="val")
     args = parser.parse_args(argv)
     if args.command == "score":
-        print(score(args.out, args.runs_root, dict(args.scoring), args.bundle, args.data_dir, args.split))
+        print(score(args.out, args.runs_root, dict(args.scoring), args.bundle, args.data_dir, args.split, args.model))
     elif args.command == "paired":
         print(json.dumps(paired(args.out, args.set, args.a, args.b, args.key, args.split)))
     else:

@@ -112,6 +112,32 @@ def test_score_evaluates_each_pair_once_and_collects_the_rows(tmp_path, monkeypa
     assert rows[0]["myocardium"] == "0.75" and rows[0]["num_volumes"] == "24"
 
 
+def test_score_of_named_models_evaluates_only_those_and_keeps_the_others_rows(tmp_path, monkeypatch):
+    _run(tmp_path, "a")  # b is still training: no kept model yet
+    out = _plan(tmp_path, [{"model": m, "set": "primary", "run_dir": f"worktree/{m}"} for m in ("a", "b")])
+    calls = []
+
+    def fake_bundle(command, stdout, stderr, cwd):
+        calls.append(command)
+        eval_dir = score_val.Path(command[command.index("--output_dir") + 1])
+        dice = {"dice": 0.8, "dice_ed": 0.85, "dice_pooled_2d": 0.86, "num_volumes": 24, "dice_per_class": {"lv": 0.9}}
+        (eval_dir / "eval").mkdir(parents=True)
+        (eval_dir / "eval" / "dice.json").write_text(json.dumps(dice))
+        return 0
+
+    monkeypatch.setattr(score_val.subprocess, "call", fake_bundle)
+    argv = ["score", str(out), "--runs-root", str(tmp_path), "--scoring", "plain={}"]
+    assert main([*argv, "--model", "a"]) == 0 and len(calls) == 1
+    assert "worktree/a" in calls[0][calls[0].index("--ckpt_dir") + 1]
+    _run(tmp_path, "b")  # b has finished, in a later session
+    assert main([*argv, "--model", "b"]) == 0 and len(calls) == 2
+    rows = list(csv.DictReader((out / "dice_val.csv").open()))
+    assert [(r["model"], r["scoring"]) for r in rows] == [("a", "plain"), ("b", "plain")]
+    with pytest.raises(ValueError, match=r"models.csv lists no model c"):
+        main([*argv, "--model", "c"])
+    assert len(calls) == 2
+
+
 def test_a_failed_evaluation_stops_naming_its_log(tmp_path, monkeypatch):
     _run(tmp_path, "a")
     out = _plan(tmp_path, [{"model": "a", "set": "primary", "run_dir": "worktree/a"}])

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -102,26 +103,39 @@ def read_models(out: Path) -> list[dict[str, str]]:
 def collect(out: Path, scorings: list[str], split: str = "val") -> Path:
     """``<out>/dice_<split>.csv``: one row per (model of ``models.csv``, scoring) that has a ``dice.json``, with a
     column per class of the bundle (the classes of ``dice_per_class``); a model with ``scored_in`` gets the rows
-    copied from that plan (:func:`_scored_elsewhere`)."""
+    copied from that plan (:func:`_scored_elsewhere`). The file's earlier rows of a listed model are kept where no
+    ``dice.json`` replaces them (a model scored in an earlier session, on a machine since replaced, or under a
+    scoring not named in this call). The file is replaced whole (written beside, then renamed), so streams that
+    collect at once never leave a partial file."""
+    target = out / f"dice_{split}.csv"
+    earlier: dict[str, list[dict]] = {}
+    if target.is_file():
+        with target.open(newline="") as f:
+            for r in csv.DictReader(f):
+                earlier.setdefault(r["model"], []).append(r)
     rows = []
     for row in read_models(out):
         if row.get("scored_in"):
             rows += _scored_elsewhere(out, row, scorings, split)
             continue
+        fresh = {}
         for scoring in scorings:
             summary = out / "runs" / f"{row['model']}_{scoring}" / "eval" / "dice.json"
             if summary.is_file():
                 d = json.loads(summary.read_text())
-                rows.append({
+                fresh[scoring] = {
                     "model": row["model"], "scoring": scoring, **{k: _rounded(d[k]) for k in SUMMARY_KEYS},
                     **{k: round(v, 4) for k, v in d["dice_per_class"].items()}, "num_volumes": d["num_volumes"],
-                })  # fmt: skip
+                }  # fmt: skip
+        kept = [r for r in earlier.get(row["model"], []) if r["scoring"] not in fresh]
+        rows += [fresh[s] for s in scorings if s in fresh] + kept
     fields = list(dict.fromkeys(k for r in rows for k in r)) or ["model", "scoring", *SUMMARY_KEYS, "num_volumes"]
-    target = out / f"dice_{split}.csv"
-    with target.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fields, lineterminator="\n")
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    with partial.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fields, lineterminator="\n", restval="")
         writer.writeheader()
         writer.writerows(rows)
+    os.replace(partial, target)
     return target
 
 

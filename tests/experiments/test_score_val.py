@@ -4,6 +4,7 @@ and the paired reading computed by hand."""
 import csv
 import json
 import math
+import shutil
 import sys
 
 import pytest
@@ -129,13 +130,18 @@ def test_score_of_named_models_evaluates_only_those_and_keeps_the_others_rows(tm
     argv = ["score", str(out), "--runs-root", str(tmp_path), "--scoring", "plain={}"]
     assert main([*argv, "--model", "a"]) == 0 and len(calls) == 1
     assert "worktree/a" in calls[0][calls[0].index("--ckpt_dir") + 1]
-    _run(tmp_path, "b")  # b has finished, in a later session
+    _run(tmp_path, "b")  # b has finished, in a later session on another machine: a's evaluation is gone
+    shutil.rmtree(out / "runs" / "a_plain")
     assert main([*argv, "--model", "b"]) == 0 and len(calls) == 2
     rows = list(csv.DictReader((out / "dice_val.csv").open()))
-    assert [(r["model"], r["scoring"]) for r in rows] == [("a", "plain"), ("b", "plain")]
+    assert [(r["model"], r["scoring"], r["dice"]) for r in rows] == [("a", "plain", "0.8"), ("b", "plain", "0.8")]
+    assert main(["score", str(out), "--runs-root", str(tmp_path), "--scoring", "other={}", "--model", "b"]) == 0
+    rows = list(csv.DictReader((out / "dice_val.csv").open()))  # a scoring not named in this call keeps its rows
+    assert [(r["model"], r["scoring"]) for r in rows] == [("a", "plain"), ("b", "other"), ("b", "plain")]
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["dice_val.csv", "models.csv"]  # no partial file
     with pytest.raises(ValueError, match=r"models.csv lists no model c"):
         main([*argv, "--model", "c"])
-    assert len(calls) == 2
+    assert len(calls) == 3
 
 
 def test_a_failed_evaluation_stops_naming_its_log(tmp_path, monkeypatch):

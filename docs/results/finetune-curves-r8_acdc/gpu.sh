@@ -21,14 +21,15 @@ folds="0 1 2 3 4" iterations=2500 val_every=500 device=cuda
 if [ "${REHEARSE:-0}" = 1 ]; then folds="0" iterations=2 val_every=2 device=cpu; fi
 mkdir -p "$WORK/jobs" "$OUT"
 
-fold_job() {  # fold_job FOLD: train (resumable), then score on validation and, sealed, on the test patients
+fold_job() {  # fold_job FOLD: train (resumable), then score on validation and, sealed, on the test patients; each
+    # step only after the one before succeeded (the job runs in a `||` list, where `set -e` does not act)
     local fold="$1" model="r8g_f$1_batch20_grid192"
     OMP_NUM_THREADS=2 python3 -m benchmarks.finetune_curves --data-root "$DATA" --out "$WORK/train/f$fold" \
         --labeled full --iterations "$iterations" --val-every "$val_every" --fold "$fold" --recipe batch20_grid192_gpu \
         -- --batch_size 20 --image_size "[192,192]" --channels_last True --device "$device" --data_on_device True \
-        --batched_augmentation True --decollate False --log_interval 25
-    score "$plan" val --model "$model"
-    score "$gate" test --model "$model"
+        --batched_augmentation True --decollate False --log_interval 25 || return 1
+    score "$plan" val --model "$model" || return 1
+    score "$gate" test --model "$model" || return 1
     touch "$WORK/jobs/f$fold.scored"
 }
 
@@ -67,8 +68,10 @@ EOF
         cp "$plan/dice_val.csv" "$OUT/$(basename "$plan")_dice_val.csv"
         cp "$gate/dice_test.csv" "$OUT/$(basename "$gate")_dice_test.csv"
     fi
-    tar -czf "$OUT/logs.tar.gz" -C "$WORK" jobs $(cd "$WORK" && ls -d train/f*/runs/*/log.txt 2>/dev/null) \
-        -C "$PWD" $(ls -d "$plan"/runs/*/eval.log "$gate"/runs/*/eval.log 2>/dev/null)
+    local runs=() evals=()
+    mapfile -t runs < <(cd "$WORK" && ls -d train/f*/runs/*/log.txt 2>/dev/null)
+    mapfile -t evals < <(ls -d "$plan"/runs/*/eval.log "$gate"/runs/*/eval.log 2>/dev/null)
+    tar -czf "$OUT/logs.tar.gz" -C "$WORK" jobs "${runs[@]}" ${evals[@]+-C "$PWD" "${evals[@]}"}
 }
 
 for fold in $folds; do  # a fold not started, or whose job failed (it resumes from its last checkpoint)
@@ -84,7 +87,7 @@ deadline=$((SECONDS + WAIT))
 state() { if [ -f "$WORK/jobs/f$1.scored" ]; then echo scored; elif [ -f "$WORK/jobs/f$1.failed" ]; then echo failed;
     else echo running; fi; }
 running() { local n=0 fold; for fold in $folds; do [ "$(state "$fold")" = running ] && n=$((n + 1)); done; echo $n; }
-while [ "$(running)" -gt 0 ] && [ $SECONDS -lt $deadline ]; do sleep 10; done
+while [ "$(running)" -gt 0 ] && [ $SECONDS -lt $deadline ]; do sleep 2; done
 pack
 for fold in $folds; do echo "fold $fold: $(state "$fold")"; done
 left() { local n=0 fold; for fold in $folds; do [ -f "$WORK/jobs/f$fold.scored" ] || n=$((n + 1)); done; echo $n; }

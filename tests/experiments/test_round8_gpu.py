@@ -12,6 +12,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path("docs/results/finetune-curves-r8_acdc/gpu.sh")
 
@@ -126,14 +128,23 @@ def test_every_fold_is_trained_scored_and_packed_once(tmp_path):
     assert [c for c in _calls(tmp_path)[len(calls) :] if c.startswith("train")] == []  # nothing trained twice
 
 
-def test_a_call_out_of_time_leaves_the_folds_going_and_the_next_one_packs_them(tmp_path):
+@pytest.fixture
+def hold(tmp_path):
+    """A fold held while the file exists, released at the end of the test whatever its outcome (the fold's
+    stand-in runs on in its own session)."""
+    path = tmp_path / "hold3"
+    path.touch()
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def test_a_call_out_of_time_leaves_the_folds_going_and_the_next_one_packs_them(tmp_path, hold):
     _checkout(tmp_path)
-    (tmp_path / "hold3").touch()
     first = _call(tmp_path, 3)
     assert first.returncode == 2, first.stderr
     assert "fold 3: running" in first.stdout and "fold 0: scored" in first.stdout
     assert "r8g_f3" not in (tmp_path / "out" / "gate-fullsup_acdc_dice_test.csv").read_text()
-    (tmp_path / "hold3").unlink()  # fold 3's run goes on between the calls and ends
+    hold.unlink()  # fold 3's run goes on between the calls and ends
     second = _call(tmp_path, 60)
     assert second.returncode == 0 and "started" not in second.stdout
     assert sum(c.startswith("train 3 ") for c in _calls(tmp_path)) == 1

@@ -177,3 +177,24 @@ def test_the_rehearsal_runs_fold_0_briefly_on_the_cpu(tmp_path):
     proc = _call(tmp_path, 60, REHEARSE="1")
     assert proc.returncode == 0, proc.stderr
     assert [c for c in _calls(tmp_path) if c.startswith("train")] == ["train 0 2 cpu batch20_grid192_gpu"]
+
+
+def test_folds_scored_in_an_earlier_session_are_not_run_again(tmp_path):
+    root = _checkout(tmp_path)
+    (tmp_path / "fail2").touch()
+    assert _call(tmp_path, 60).returncode == 2  # fold 2 failed; the machine then goes back
+    for returned, tracked in (
+        ("finetune-curves-r8_acdc_dice_val.csv", "finetune-curves-r8_acdc/dice_val.csv"),
+        ("gate-fullsup_acdc_dice_test.csv", "gate-fullsup_acdc/dice_test.csv"),
+    ):  # the returned rows committed, as docs/gpu_run.md's step 9 says
+        shutil.copy(tmp_path / "out" / returned, root / "docs/results" / tracked)
+    shutil.rmtree(tmp_path / "work")
+    shutil.rmtree(tmp_path / "out")
+    before = len(_calls(tmp_path))
+    proc = _call(tmp_path, 60)  # the next GPU session, on a fresh machine
+    assert proc.returncode == 0, proc.stderr
+    assert [c for c in _calls(tmp_path)[before:] if c.startswith("train")] == ["train 2 2500 cuda batch20_grid192_gpu"]
+    for k in (0, 1, 3, 4):
+        assert f"fold {k}: scored in an earlier session" in proc.stdout
+    rows = list(csv.DictReader((tmp_path / "out" / "finetune-curves-r8_acdc_dice_val.csv").open()))
+    assert len(rows) == 15  # the earlier folds' rows kept beside fold 2's

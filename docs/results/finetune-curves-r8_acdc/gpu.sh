@@ -8,6 +8,7 @@
 # work is left (call again at once: a machine that goes back takes the unfinished folds with it; a failed fold, its
 # log in logs.tar.gz, is started again by the next call and resumes from its last checkpoint). Nothing it
 # prints holds a Dice: the drivers' and the scorings' output go to logs.tar.gz.
+# A fold whose rows are in the tracked Dice files (scored in an earlier GPU session) is not run again.
 # REHEARSE=1 (on this CPU): fold 0 only, 2 iterations validated once, the device `cpu`.
 set -euo pipefail
 WAIT="${1:?usage: gpu.sh SECONDS}"
@@ -61,7 +62,11 @@ if rows:
 EOF
     # collected again from the scored folds' evaluations: a later call's checkout replaces the tracked Dice files
     local scored=() fold
-    for fold in $folds; do [ -f "$WORK/jobs/f$fold.scored" ] && scored+=(--model "r8g_f${fold}_batch20_grid192"); done
+    for fold in $folds; do  # this session's (an earlier session's rows are kept by the collection)
+        if [ -f "$WORK/jobs/f$fold.scored" ] && [ ! -f "$WORK/jobs/f$fold.earlier" ]; then
+            scored+=(--model "r8g_f${fold}_batch20_grid192")
+        fi
+    done
     if [ ${#scored[@]} -gt 0 ]; then
         score "$plan" val "${scored[@]}" > /dev/null
         score "$gate" test "${scored[@]}" > /dev/null
@@ -74,6 +79,22 @@ EOF
     tar -czf "$OUT/logs.tar.gz" -C "$WORK" jobs "${runs[@]}" ${evals[@]+-C "$PWD" "${evals[@]}"}
 }
 
+has_rows() {  # has_rows FILE MODEL SCORING ...: the file lists the model under every scoring (no Dice is read)
+    local file="$1" model="$2"; shift 2
+    [ -f "$file" ] || return 1
+    local scoring; for scoring in "$@"; do
+        cut -d, -f1,2 "$file" | grep -qx "$model,$scoring" || return 1
+    done
+}
+
+for fold in $folds; do  # a fold scored in an earlier session (its rows committed) is not run again
+    model="r8g_f${fold}_batch20_grid192"
+    if [ ! -f "$WORK/jobs/f$fold.started" ] && has_rows "$plan/dice_val.csv" "$model" fullsup bilinear nearest &&
+        has_rows "$gate/dice_test.csv" "$model" fullsup nearest; then
+        touch "$WORK/jobs/f$fold.started" "$WORK/jobs/f$fold.earlier" "$WORK/jobs/f$fold.scored"
+        echo "fold $fold: scored in an earlier session"
+    fi
+done
 for fold in $folds; do  # a fold not started, or whose job failed (it resumes from its last checkpoint)
     if [ ! -f "$WORK/jobs/f$fold.started" ] || [ -f "$WORK/jobs/f$fold.failed" ]; then
         rm -f "$WORK/jobs/f$fold.failed"

@@ -42,24 +42,19 @@ score() {  # score PLAN SPLIT --model M ...: the plan's scorings (validation) or
         --data-dir "$DATA/acdc" "${scorings[@]}"
 }
 
+append() {  # append CSV TARGET: the rows of CSV, with its header only where TARGET is new
+    if [ -f "$2" ]; then tail -n +2 "$1" >> "$2"; else cp "$1" "$2"; fi
+}
+
 pack() {  # the rows (curves and times of the GPU folds, the plan's and the gate's Dice) and the logs into $OUT
-    local curves="$OUT/curves_gpu.csv" dir
-    rm -f "$curves"
+    rm -f "$OUT/curves_gpu.csv" "$OUT/times_gpu.csv"
+    local dir
     for dir in "$WORK"/train/f*; do
         [ -f "$dir/curves.csv" ] || continue
-        if [ -f "$curves" ]; then tail -n +2 "$dir/curves.csv" >> "$curves"; else cp "$dir/curves.csv" "$curves"; fi
         python3 -m benchmarks.finetune_curves times "$dir" > /dev/null
+        append "$dir/curves.csv" "$OUT/curves_gpu.csv"
+        append "$dir/times.csv" "$OUT/times_gpu.csv"
     done
-    python3 - "$WORK" "$OUT/times_gpu.csv" <<'EOF'
-import csv, sys
-from pathlib import Path
-rows = [r for f in sorted(Path(sys.argv[1]).glob("train/f*/times.csv")) for r in csv.DictReader(f.open())]
-if rows:
-    with open(sys.argv[2], "w", newline="") as f:
-        writer = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-EOF
     # collected again from the scored folds' evaluations: a later call's checkout replaces the tracked Dice files
     local scored=() fold
     for fold in $folds; do  # this session's (an earlier session's rows are kept by the collection)

@@ -9,7 +9,8 @@ fold ``k`` the validation patients are fold ``k``; of the others ``--pool`` pati
 read (``num_test`` patients kept in the split file so the bundle's split check passes, but no evaluation runs here).
 
 Each run is the bundle's own ``train.json`` (``python -m monai.bundle run``) with the run's overrides, validated
-every ``--val-every`` iterations (``iterations_per_epoch``; cosine decay over the whole budget); the validation Dice of
+every ``--val-every`` iterations (cosine decay over the whole budget) and checkpointed every ``--checkpoint-every``
+(the bundle's epoch, ``iterations_per_epoch``; by default ``--val-every``, one validation an epoch); the validation Dice of
 every validation (mean 3D Dice over the fold's volumes, ED and ES) is parsed from the run's log and appended to
 ``<out>/curves.csv`` (fold, recipe, labelled, draw, seed, iteration, val_dice, finetune_iterations). A run whose rows
 are complete is skipped, and an interrupted one continues from its last epoch's checkpoint (the bundle's
@@ -220,11 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recipe", required=True, help="name of the overrides, for the rows")
     parser.add_argument("--iterations", type=int, required=True)
     parser.add_argument("--val-every", type=int, default=250)
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        help="iterations per epoch, each ending in a checkpoint (a divisor of --val-every; default --val-every)",
+    )
     parser.add_argument("--out", required=True)
     args, overrides = parser.parse_known_args(argv)
     overrides = [o for o in overrides if o != "--"]
     if args.iterations % args.val_every:
         raise SystemExit(f"--iterations {args.iterations} is not a multiple of --val-every {args.val_every}.")
+    epoch_length = args.checkpoint_every or args.val_every
+    if epoch_length <= 0 or args.val_every % epoch_length:
+        raise SystemExit(f"--checkpoint-every {epoch_length} does not divide --val-every {args.val_every}.")
     out = Path(args.out)
     key = {"fold": args.fold, "recipe": args.recipe, "labeled": args.labeled, "draw": args.draw, "seed": args.seed}
     validations = args.iterations // args.val_every
@@ -246,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         "--init", "random", *labeled, "--seed", str(args.seed),
         "--split_file", str(run / "split.json"), "--work_dir", str(run), "--output_dir", str(run / "model"),
         "--ckpt_dir", str(run / "released"), "--num_workers", "0", "--progress_bar", "False",
-        "--epochs", str(validations), "--iterations_per_epoch", str(args.val_every), "--val_interval", "1",
+        "--epochs", str(args.iterations // epoch_length), "--iterations_per_epoch", str(epoch_length),
+        "--val_interval", str(args.val_every // epoch_length),
         "--resume", "True", *overrides,
     ]  # fmt: skip
     check_same_command(run, command)
@@ -263,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         if new:
             writer.writeheader()
         for epoch, dice in found:
-            it = epoch * args.val_every
+            it = epoch * epoch_length
             writer.writerow({**key, "iteration": it, "val_dice": dice, "finetune_iterations": args.iterations})
     print(f"{key}: last {found[-1][1]}, best {max(float(d) for _, d in found):.4f}")
     return 0

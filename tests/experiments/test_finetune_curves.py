@@ -141,3 +141,43 @@ def test_resuming_a_run_folder_of_another_command_is_refused(tmp_path):
     check_same_command(tmp_path, ["run", "--lr", "0.001"])
     with pytest.raises(SystemExit, match="holds checkpoints of another command"):
         check_same_command(tmp_path, ["run", "--lr", "0.01"])
+
+
+def _fake_bundle_run(validated_epochs):
+    """A stand-in for ``python -m monai.bundle run``: records the command, logs a validation at each given epoch."""
+    calls = []
+
+    def call(command, stdout, stderr, cwd):
+        calls.append(command)
+        for epoch in validated_epochs:
+            stdout.write(f"Epoch[{epoch}] Metrics -- val_mean_dice: 0.{epoch:04d}\n")
+        return 0
+
+    return calls, call
+
+
+@pytest.mark.parametrize(
+    ("extra", "epochs", "per_epoch", "val_interval", "validated"),
+    [([], "4", "250", "1", [1, 2, 3, 4]), (["--checkpoint-every", "50"], "20", "50", "5", [5, 10, 15, 20])],
+)
+def test_checkpoints_between_validations_keep_the_validations_and_their_iterations(
+    tmp_path, monkeypatch, extra, epochs, per_epoch, val_interval, validated
+):
+    calls, call = _fake_bundle_run(validated)
+    monkeypatch.setattr("benchmarks.finetune_curves.subprocess.call", call)
+    args = ["--data-root", str(tmp_path), "--out", str(tmp_path / "out"), "--fold", "0", "--recipe", "r"]
+    main([*args, "--iterations", "1000", "--val-every", "250", *extra])
+    (command,) = calls
+    assert command[command.index("--epochs") + 1] == epochs
+    assert command[command.index("--iterations_per_epoch") + 1] == per_epoch
+    assert command[command.index("--val_interval") + 1] == val_interval
+    with (tmp_path / "out" / "curves.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["iteration"]) for r in rows] == [250, 500, 750, 1000]
+    assert [r["val_dice"] for r in rows] == [f"0.{e:04d}" for e in validated]
+
+
+def test_a_checkpoint_interval_that_does_not_divide_the_validation_interval_is_refused(tmp_path):
+    args = ["--data-root", str(tmp_path), "--out", str(tmp_path), "--fold", "0", "--recipe", "r", "--iterations", "1000"]
+    with pytest.raises(SystemExit, match="--checkpoint-every 300 does not divide --val-every 250"):
+        main([*args, "--val-every", "250", "--checkpoint-every", "300"])

@@ -5,14 +5,15 @@
 #   DATA=../shared/data OUT=docs/results/finetune-curves-r8_acdc bash docs/results/finetune-curves-r8_acdc/run.sh NAME
 # Each stream takes the next fold that is neither finished nor claimed by a live stream (a claim is a folder under
 # $OUT/runs/claims holding the stream's process id; a dead stream's claim is taken over). Resumable: finished runs are
-# skipped, an interrupted one continues from its last checkpoint. One thread per stream.
+# skipped, an interrupted one continues from its last checkpoint (every 50 iterations: amendment 5). One thread per
+# stream.
 set -euo pipefail
 DATA="${DATA:-../shared/data}"
 OUT="${OUT:-docs/results/finetune-curves-r8_acdc}"
 NAME="${1:?usage: run.sh STREAM_NAME}"
 export OMP_NUM_THREADS=1
 curve() { python -m benchmarks.finetune_curves --data-root "$DATA" --out "$OUT" --labeled full --iterations 2500 \
-    --val-every 500 --fold "$1" --recipe batch20_grid192 -- --batch_size 20 --image_size "[192,192]" \
+    --val-every 500 --checkpoint-every 50 --fold "$1" --recipe batch20_grid192 -- --batch_size 20 --image_size "[192,192]" \
     --channels_last True; }
 claim() {  # claim() FOLD: succeeds when this stream holds the fold's claim
     local dir="$OUT/runs/claims/f$1"

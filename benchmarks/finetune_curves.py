@@ -8,14 +8,14 @@ fold ``k`` the validation patients are fold ``k``; of the others ``--pool`` pati
 (``train``) that the L = 1, 2 draws take from, the rest ``pretrain``; the test patients stay as they are and are never
 read (``num_test`` patients kept in the split file so the bundle's split check passes, but no evaluation runs here).
 
-Each run is the bundle's own ``train.json`` (``python -m monai.bundle run``) with the run's overrides, validated
-every ``--val-every`` iterations (cosine decay over the whole budget) and checkpointed every ``--checkpoint-every``
-(the bundle's epoch, ``iterations_per_epoch``; by default ``--val-every``, one validation an epoch); the validation Dice of
+Each run is the bundle's own ``train.json`` (``python -m monai.bundle run``) with the run's overrides, validated every
+``--val-every`` iterations (cosine decay over the whole budget) and checkpointed every ``--checkpoint-every`` (the
+bundle's epoch, ``iterations_per_epoch``; by default ``--val-every``, one validation an epoch); the validation Dice of
 every validation (mean 3D Dice over the fold's volumes, ED and ES) is parsed from the run's log and appended to
 ``<out>/curves.csv`` (fold, recipe, labelled, draw, seed, iteration, val_dice, finetune_iterations). A run whose rows
-are complete is skipped, and an interrupted one continues from its last epoch's checkpoint (the bundle's
-``--resume True``; its log is appended to), so the driver resumes where it stopped; a run folder whose checkpoints
-came from another command is refused, naming it.
+are complete is skipped, and an interrupted one continues from its last epoch's checkpoint (the bundle's ``--resume
+True``; its log is appended to), so the driver resumes where it stopped; a run folder whose checkpoints came from
+another command is refused, naming it.
 
 ``collect`` gathers the evaluation of each finished run's kept model on its fold's validation patients (the bundle's
 ``evaluate.json`` on top of its ``train.json``, with ``--test_split val``: ``runs/<run>/model/eval/dice.json``) into

@@ -178,6 +178,6 @@ def test_checkpoints_between_validations_keep_the_validations_and_their_iteratio
 
 
 def test_a_checkpoint_interval_that_does_not_divide_the_validation_interval_is_refused(tmp_path):
-    args = ["--data-root", str(tmp_path), "--out", str(tmp_path), "--fold", "0", "--recipe", "r", "--iterations", "1000"]
+    args = ["--data-root", str(tmp_path), "--out", str(tmp_path), "--fold", "0", "--recipe", "r"]
     with pytest.raises(SystemExit, match="--checkpoint-every 300 does not divide --val-every 250"):
-        main([*args, "--val-every", "250", "--checkpoint-every", "300"])
+        main([*args, "--iterations", "1000", "--val-every", "250", "--checkpoint-every", "300"])

@@ -262,6 +262,21 @@ def test_full_supervision_overlay_states_the_recipe_chosen_on_validation(tmp_pat
         assert [type(t).__name__ for t in steps][-3:] == ["Invertd", "AsDiscreted", "KeepLargestConnectedComponentd"]
 
 
+def test_few_label_overlay_states_the_recipe_of_the_l2_rounds(tmp_path):
+    """``recipes/finetune_fewlabel.json``: batch 20, Adam 1e-3, cosine over 1500 iterations validated every 250
+    (rounds 1 and 7), on ``train.json``; the bilinear export without mirroring when stacked on ``evaluate.json``."""
+    overlay = DEMO / "recipes" / "finetune_fewlabel.json"
+    parser = _parser([DEMO / "train.json", overlay], bundle_root=str(tmp_path), num_labeled=1)
+    assert parser.get_parsed_content("train#dataloader").batch_size == 20
+    assert parser.get_parsed_content("optimizer").param_groups[0]["lr"] == 1e-3
+    assert parser.get_parsed_content("train#lr_scheduler").T_max == 1500
+    trainer = parser.get_parsed_content("train#trainer")
+    assert trainer.state.max_epochs == 6 and trainer.state.epoch_length == 250
+    evaluation = _parser([DEMO / "train.json", DEMO / "evaluate.json", overlay], bundle_root=str(tmp_path))
+    assert evaluation.get_parsed_content("pred_interp") == "bilinear"
+    assert evaluation.get_parsed_content("evaluate#inferer").spatial_axes == ()  # one pass, no mirroring
+
+
 @pytest.mark.parametrize(
     ("views_on_device", "steps"), [(False, ["ContrastiveViewsd", "EnsureTyped"]), (True, ["EnsureTyped"])]
 )

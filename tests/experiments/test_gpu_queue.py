@@ -271,3 +271,28 @@ def test_a_round_file_missing_or_listed_twice_is_refused(tmp_path, rounds, messa
     proc = _call(tmp_path, 5, *rounds)
     assert proc.returncode == 1 and message in proc.stderr
     assert _calls(tmp_path) == []
+
+
+ROUND10 = Path("docs/results/finetune-width-r10_acdc/gpu_jobs.sh")
+PLAN10 = "docs/results/finetune-width-r10_acdc"
+
+
+def test_round_10_runs_after_round_8_and_returns_its_own_rows(tmp_path):
+    root = _checkout(tmp_path)
+    (root / ROUND10).parent.mkdir(parents=True)
+    shutil.copy(REPO / ROUND10, root / ROUND10)
+    proc = _call(tmp_path, 60, str(ROUND8), str(ROUND10))
+    assert proc.returncode == 0, proc.stderr
+    started = [line.split(":")[0] for line in proc.stdout.splitlines() if line.endswith("Z)")]
+    assert started == [_model(k) for k in range(5)] + [f"r10g_f{k}_batch20_width512_L2_d0" for k in range(5)]
+    calls = _calls(tmp_path)
+    assert sorted(c for c in calls if c.endswith("batch20_width512_gpu")) == [
+        f"train {k} 1500 cuda batch20_width512_gpu" for k in range(5)
+    ]
+    for k in range(5):  # validation only, one scoring
+        assert f"score finetune-width-r10_acdc val r10g_f{k}_batch20_width512_L2_d0 bilinear" in calls
+    rows = _rows(tmp_path / "out")
+    assert {r["model"] for r in rows[f"{PLAN10}/dice_val.csv"]} == {
+        f"r10g_f{k}_batch20_width512_L2_d0" for k in range(5)
+    }
+    assert len(rows[f"{PLAN10}/curves_gpu.csv"]) == 5 and len(rows[f"{PLAN}/curves_gpu.csv"]) == 5

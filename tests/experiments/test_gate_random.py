@@ -1,6 +1,6 @@
-"""docs/results/gate-random_acdc/run.sh: its 20 jobs are the runs that models.csv lists (fold, L, draw, seed =
-draw, recipe and width), L = 2 first, and it refuses to start without round 10's width. ``python`` is a stand-in
-that logs the driver's arguments."""
+"""docs/results/gate-random_acdc/run.sh: its 20 jobs are the runs that models.csv lists (fold, L, draw, seed 0:
+the folds' own; recipe and width), L = 2 first, and it refuses to start without round 10's width. ``python`` is a
+stand-in that logs the driver's arguments."""
 
 import csv
 import os
@@ -51,14 +51,14 @@ def test_the_jobs_are_the_runs_of_models_csv(tmp_path, width, features, recipe):
     assert _run(tmp_path, width).returncode == 0
     calls = [line.split() for line in (tmp_path / "calls.txt").read_text().splitlines()]
     folders = [
-        f"f{_value(a, '--fold')}_{_value(a, '--recipe')}_L{_value(a, '--labeled')}_d{_value(a, '--draw')}"
-        f"_s{_value(a, '--seed')}"
+        f"f{_value(a, '--fold')}_{_value(a, '--recipe')}_L{_value(a, '--labeled')}_d{_value(a, '--draw')}_s0"
         for a in calls
     ]  # the run folder benchmarks/finetune_curves.py makes of them
     with (PLAN / "models.csv").open() as f:
         listed = [Path(row["run_dir"]).name.replace("fewlabel", recipe) for row in csv.DictReader(f)]
     assert folders == listed and len(set(folders)) == 20  # L = 2 first, as models.csv
     for args in calls:
+        assert "--seed" not in args  # the driver's default, 0: the seed also decides the folds
         assert _value(args, "--features") == features and _value(args, "--iterations") == "1500"
         assert _value(args, "--val-every") == "250" and _value(args, "--batch_size") == "20"
         assert _value(args, "--amp") == "False"

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The prostate random-initialisation gates (README.md here): the few-label recipe at L = 2, then L = 1, on the 5 folds,
+# draws 0 and 1 (seed 0), in the width that round 10 chose. Run from a checkout at a fixed commit, one or two
+# streams side by side:
+#   WIDTH=default DATA=../shared/data OUT=docs/results/gate-random_prostate bash docs/results/gate-random_prostate/run.sh NAME
+# Resumable (benchmarks/queue.sh): finished runs are skipped, an interrupted one continues from its last checkpoint.
+set -euo pipefail
+DATA="${DATA:-../shared/data}"
+OUT="${OUT:-docs/results/gate-random_prostate}"
+export OMP_NUM_THREADS=1
+case "${WIDTH:-}" in
+    default) features="[16,32,64,128,256,16]" recipe=fewlabel ;;
+    paper) features="[32,64,128,256,512,32]" recipe=fewlabel_width512 ;;
+    *)
+        echo "WIDTH must be default or paper (round 10's choice, written in the plan before the runs), got '${WIDTH:-}'" >&2
+        exit 2
+        ;;
+esac
+# shellcheck source=benchmarks/queue.sh
+source "$(dirname "$0")/../../../benchmarks/queue.sh"
+job() {  # job INDEX: 0-9 at L = 2, 10-19 at L = 1; fold INDEX % 10 / 2, draw INDEX % 2
+    local labeled=$((2 - $1 / 10)) fold=$(($1 % 10 / 2)) draw=$(($1 % 2))
+    python -m benchmarks.finetune_curves --bundle gcl_prostate --base-split docs/results/cpu-mini_prostate/split.json \
+        --data-root "$DATA" --out "$OUT" --labeled "$labeled" --draw "$draw" \
+        --iterations 1500 --val-every 250 --fold "$fold" --recipe "$recipe" -- --batch_size 20 \
+        --features "$features" --channels_last True --amp False
+}
+run_queue "${1:?usage: run.sh STREAM_NAME}" 20 >> "$OUT/stream_${1}.log" 2>&1

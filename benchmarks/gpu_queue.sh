@@ -12,7 +12,7 @@
 #   job_pack ROWS LOGS NAME...  writes the round's returned files under ROWS, at their paths in the checkout (the
 #                               tracked files with this session's jobs NAME... added), and the jobs' logs under LOGS
 # with DATA (the data root), WORK (this queue's work folder) and REHEARSE set (1: a short run on the CPU, rows
-# discarded). Each call starts, in order, the jobs neither started nor committed, and again those that failed in an
+# discarded); job_pack may use pack_training and pack_scores (below). Each call starts, in order, the jobs neither started nor committed, and again those that failed in an
 # earlier call (they resume from their last checkpoints while the machine is held); it waits until every job has
 # ended or SECONDS have passed, starting the next job as one ends; then it packs the rows of every job scored on
 # this machine into $OUT/rows.tar.gz (extract it over the checkout: tar -xzf rows.tar.gz) and the logs into
@@ -43,6 +43,38 @@ in_round() {  # in_round ROUND_JOBS COMMAND...: the command with the round's def
 }
 
 list_jobs() { printf '%s\n' "${JOBS[@]}"; }
+
+append() {  # append CSV TARGET: the rows of CSV, with its header only where TARGET is new
+    if [ -f "$2" ]; then tail -n +2 "$1" >> "$2"; else cp "$1" "$2"; fi
+}
+
+pack_training() {  # pack_training PLAN ROWS LOGS TRAIN...: under ROWS/PLAN, curves_gpu.csv and times_gpu.csv (the
+    # committed rows, then those of each finetune_curves --out folder TRAIN under $WORK); each run's log under LOGS
+    local plan="$1" rows="$2" logs="$3" train file
+    shift 3
+    mkdir -p "$rows/$plan"
+    for file in curves_gpu.csv times_gpu.csv; do
+        if [ -f "$plan/$file" ]; then cp "$plan/$file" "$rows/$plan/$file"; fi
+    done
+    for train in "$@"; do
+        python3 -m benchmarks.finetune_curves times "$train"
+        append "$train/curves.csv" "$rows/$plan/curves_gpu.csv"
+        append "$train/times.csv" "$rows/$plan/times_gpu.csv"
+        (cd "$WORK" && cp --parents "${train#"$WORK"/}"/runs/*/log.txt "${train#"$WORK"/}"/runs/*/command.json "$logs/")
+    done
+}
+
+pack_scores() {  # pack_scores ROWS LOGS DICE_CSV...: each Dice file (a plan's, in the checkout) under ROWS at its
+    # path, and its plan's evaluation logs under LOGS
+    local rows="$1" logs="$2" file evals
+    shift 2
+    for file in "$@"; do
+        mkdir -p "$rows/$(dirname "$file")"
+        cp "$file" "$rows/$file"
+        mapfile -t evals < <(ls -d "$(dirname "$file")"/runs/*/eval.log 2> /dev/null)
+        if [ ${#evals[@]} -gt 0 ]; then cp --parents "${evals[@]}" "$logs/"; fi
+    done
+}
 names=() round_of=()
 for round in "$@"; do
     [ -f "$round" ] || { echo "gpu_queue: $round is not a file" >&2; exit 1; }

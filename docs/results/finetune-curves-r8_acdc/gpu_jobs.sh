@@ -51,32 +51,16 @@ job_committed() {
     has_rows "$plan/dice_val.csv" "$1" fullsup bilinear nearest && has_rows "$gate/dice_test.csv" "$1" fullsup nearest
 }
 
-append() {  # append CSV TARGET: the rows of CSV, with its header only where TARGET is new
-    if [ -f "$2" ]; then tail -n +2 "$1" >> "$2"; else cp "$1" "$2"; fi
-}
-
 job_pack() {
-    local rows="$1" logs="$2" job fold scored=()
+    local rows="$1" logs="$2" job train=() models=()
     shift 2
-    mkdir -p "$rows/$plan" "$rows/$gate" "$logs/$plan"
-    local file
-    for file in curves_gpu.csv times_gpu.csv; do  # the committed rows (earlier sessions'), this session's added
-        if [ -f "$plan/$file" ]; then cp "$plan/$file" "$rows/$plan/$file"; fi
-    done
     for job in "$@"; do
-        fold=$(fold_of "$job")
-        python3 -m benchmarks.finetune_curves times "$WORK/train/f$fold"
-        append "$WORK/train/f$fold/curves.csv" "$rows/$plan/curves_gpu.csv"
-        append "$WORK/train/f$fold/times.csv" "$rows/$plan/times_gpu.csv"
-        scored+=(--model "$job")
-        (cd "$WORK" && cp --parents "train/f$fold"/runs/*/log.txt "train/f$fold"/runs/*/command.json "$logs/")
+        train+=("$WORK/train/f$(fold_of "$job")")
+        models+=(--model "$job")
     done
+    pack_training "$plan" "$rows" "$logs" "${train[@]}"
     # collected again from the evaluations on this machine: a later call's checkout has the committed Dice files
-    score "$plan" val "${scored[@]}"
-    score "$gate" test "${scored[@]}"
-    cp "$plan/dice_val.csv" "$rows/$plan/dice_val.csv"
-    cp "$gate/dice_test.csv" "$rows/$gate/dice_test.csv"
-    local evals=()
-    mapfile -t evals < <(ls -d "$plan"/runs/*/eval.log "$gate"/runs/*/eval.log 2> /dev/null)
-    if [ ${#evals[@]} -gt 0 ]; then cp --parents "${evals[@]}" "$logs/"; fi
+    score "$plan" val "${models[@]}"
+    score "$gate" test "${models[@]}"
+    pack_scores "$rows" "$logs" "$plan/dice_val.csv" "$gate/dice_test.csv"
 }

@@ -36,27 +36,14 @@ job_committed() {  # the model's row under the plan's scoring is in the tracked 
     [ -f "$plan/dice_val.csv" ] && cut -d, -f1,2 "$plan/dice_val.csv" | grep -qx "$1,bilinear"
 }
 
-append() {  # append CSV TARGET: the rows of CSV, with its header only where TARGET is new
-    if [ -f "$2" ]; then tail -n +2 "$1" >> "$2"; else cp "$1" "$2"; fi
-}
-
 job_pack() {
-    local rows="$1" logs="$2" job fold file scored=() evals=()
+    local rows="$1" logs="$2" job train=() models=()
     shift 2
-    mkdir -p "$rows/$plan"
-    for file in curves_gpu.csv times_gpu.csv; do  # the committed rows (earlier sessions'), this session's added
-        if [ -f "$plan/$file" ]; then cp "$plan/$file" "$rows/$plan/$file"; fi
-    done
     for job in "$@"; do
-        fold=$(fold_of "$job")
-        python3 -m benchmarks.finetune_curves times "$WORK/train-r10/f$fold"
-        append "$WORK/train-r10/f$fold/curves.csv" "$rows/$plan/curves_gpu.csv"
-        append "$WORK/train-r10/f$fold/times.csv" "$rows/$plan/times_gpu.csv"
-        scored+=(--model "$job")
-        (cd "$WORK" && cp --parents "train-r10/f$fold"/runs/*/log.txt "train-r10/f$fold"/runs/*/command.json "$logs/")
+        train+=("$WORK/train-r10/f$(fold_of "$job")")
+        models+=(--model "$job")
     done
-    score "${scored[@]}"  # collected again from the evaluations on this machine
-    cp "$plan/dice_val.csv" "$rows/$plan/dice_val.csv"
-    mapfile -t evals < <(ls -d "$plan"/runs/*/eval.log 2> /dev/null)
-    if [ ${#evals[@]} -gt 0 ]; then cp --parents "${evals[@]}" "$logs/"; fi
+    pack_training "$plan" "$rows" "$logs" "${train[@]}"
+    score "${models[@]}"  # collected again from the evaluations on this machine
+    pack_scores "$rows" "$logs" "$plan/dice_val.csv"
 }

@@ -8,16 +8,12 @@ set -euo pipefail
 DATA="${DATA:-../shared/data}"
 OUT="${OUT:-docs/results/gate-random_prostate}"
 export OMP_NUM_THREADS=1
-case "${WIDTH:-}" in
-    default) features="[16,32,64,128,256,16]" recipe=fewlabel ;;
-    paper) features="[32,64,128,256,512,32]" recipe=fewlabel_width512 ;;
-    *)
-        echo "WIDTH must be default or paper (round 10's choice, written in the plan before the runs), got '${WIDTH:-}'" >&2
-        exit 2
-        ;;
-esac
 # shellcheck source=benchmarks/queue.sh
 source "$(dirname "$0")/../../../benchmarks/queue.sh"
+# shellcheck source=benchmarks/width.sh
+source "$(dirname "$0")/../../../benchmarks/width.sh"
+features="$(width_features)"
+recipe="$(width_recipe fewlabel)"
 job() {  # job INDEX: 0-9 at L = 2, 10-19 at L = 1; fold INDEX % 10 / 2, draw INDEX % 2
     local labeled=$((2 - $1 / 10)) fold=$(($1 % 10 / 2)) draw=$(($1 % 2))
     python -m benchmarks.finetune_curves --bundle gcl_prostate --base-split docs/results/cpu-mini_prostate/split.json \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fine-tuning rounds' jobs on a time-limited GPU session: each job (one run, then its scorings) of each round
 # given, in the order given, SLOTS at a time on the one GPU; what is done packed into $OUT. On the GPU machine, from
-# the checkout's root (carry .offline; docs/gpu_run.md, "Fine-tuning rounds on a GPU session"):
+# the checkout's root (carry .offline; docs/gpu_run.md, "The plan for time-limited GPU sessions", step 9):
 #   source benchmarks/offline_setup.sh && bash benchmarks/gpu_queue.sh SECONDS ROUND_JOBS...
 # A ROUND_JOBS file (a round's gpu_jobs.sh, in its folder) is bash, sourced in a subshell for each use; it sets
 #   JOBS=(...)                  the round's job names, unique across rounds, in the order they should run
@@ -12,12 +12,13 @@
 #   job_pack ROWS LOGS NAME...  writes the round's returned files under ROWS, at their paths in the checkout (the
 #                               tracked files with this session's jobs NAME... added), and the jobs' logs under LOGS
 # with DATA (the data root), WORK (this queue's work folder) and REHEARSE set (1: a short run on the CPU, rows
-# discarded); job_pack may use pack_training and pack_scores (below). Each call starts, in order, the jobs neither started nor committed, and again those that failed in an
-# earlier call (they resume from their last checkpoints while the machine is held); it waits until every job has
-# ended or SECONDS have passed, starting the next job as one ends; then it packs the rows of every job scored on
-# this machine into $OUT/rows.tar.gz (extract it over the checkout: tar -xzf rows.tar.gz) and the logs into
-# $OUT/logs.tar.gz, prints each job's state (no Dice) and exits 0 when every job is scored, 2 when work is left (call
-# again at once: the jobs run on between calls, and a machine that goes back takes the unfinished ones with it).
+# discarded); job_pack may use pack_training and pack_scores (below). Each call starts, in order, the jobs neither
+# started nor committed, and again those that failed in an earlier call (they resume from their last checkpoints while
+# the machine is held); it waits until every job has ended or SECONDS have passed, starting the next job as one ends;
+# then it packs the rows of every job scored on this machine into $OUT/rows.tar.gz (extract it over the checkout: tar
+# -xzf rows.tar.gz) and the logs into $OUT/logs.tar.gz, prints each job's state (no Dice) and exits 0 when every job is
+# scored, 2 when work is left (call again at once: the jobs run on between calls, and a machine that goes back takes the
+# unfinished ones with it; a round whose packing fails returns none of its files and the call exits 2).
 set -euo pipefail
 WAIT="${1:?usage: gpu_queue.sh SECONDS ROUND_JOBS...}"
 shift
@@ -138,7 +139,7 @@ while [ "$(unfinished)" -gt 0 ] && [ $SECONDS -lt $deadline ]; do
     start_next
 done
 
-rows="$WORK/pack/rows" logs="$WORK/pack/logs"
+rows="$WORK/pack/rows" logs="$WORK/pack/logs" pack_failed=0
 rm -rf "$WORK/pack"
 mkdir -p "$rows" "$logs"
 cp -r "$jobs_dir" "$logs/jobs"
@@ -146,12 +147,28 @@ for round in "$@"; do  # each round's jobs scored on this machine (an earlier se
     scored=()
     for i in "${!names[@]}"; do
         name="${names[$i]}"
-        if [ "${round_of[$i]}" = "$round" ] && [ "$(state "$name")" = scored ] && [ ! -f "$jobs_dir/$name.earlier" ]; then
-            scored+=("$name")
-        fi
+        [ "${round_of[$i]}" = "$round" ] && [ "$(state "$name")" = scored ] || continue
+        [ -f "$jobs_dir/$name.earlier" ] || scored+=("$name")
     done
-    if [ ${#scored[@]} -gt 0 ]; then in_round "$round" job_pack "$rows" "$logs" "${scored[@]}" > /dev/null; fi
+    [ ${#scored[@]} -gt 0 ] || continue
+    # each round packed apart and kept only whole: a round whose packing fails returns nothing (its jobs are packed
+    # again by the next call), and the other rounds' rows still come back
+    stage="$WORK/pack/stage"
+    rm -rf "$stage"
+    mkdir -p "$stage"
+    pack_log="$logs/jobs/pack-$(basename "$(dirname "$round")").log"
+    set +e  # not an `if` condition, where bash would ignore `set -e` in the round's job_pack
+    in_round "$round" job_pack "$stage" "$logs" "${scored[@]}" > "$pack_log" 2>&1
+    packed=$?
+    set -e
+    if [ "$packed" = 0 ]; then
+        cp -r "$stage/." "$rows/"
+    else
+        echo "$round: packing failed, its rows not returned (logs.tar.gz: jobs/pack-*.log); call again"
+        pack_failed=1
+    fi
 done
+rm -rf "$WORK/pack/stage"
 rm -f "$OUT/rows.tar.gz"
 if [ -n "$(ls -A "$rows")" ]; then tar -czf "$OUT/rows.tar.gz" -C "$rows" .; fi
 tar -czf "$OUT/logs.tar.gz" -C "$logs" .
@@ -161,4 +178,4 @@ for name in "${names[@]}"; do
     [ "$(state "$name")" = scored ] || left=$((left + 1))
 done
 ls -l "$OUT"
-[ "$left" -eq 0 ] || exit 2
+[ "$left" -eq 0 ] && [ "$pack_failed" = 0 ] || exit 2

@@ -296,3 +296,19 @@ def test_round_10_runs_after_round_8_and_returns_its_own_rows(tmp_path):
         f"r10g_f{k}_batch20_width512_L2_d0" for k in range(5)
     }
     assert len(rows[f"{PLAN10}/curves_gpu.csv"]) == 5 and len(rows[f"{PLAN}/curves_gpu.csv"]) == 5
+
+
+def test_a_round_whose_packing_fails_returns_nothing_and_the_others_still_come_back(tmp_path):
+    root = _checkout(tmp_path)
+    failing = SECOND_ROUND.replace(
+        "job_pack() {", 'job_pack() { [ -f "$PACK_OK" ] || { mkdir -p "$1/docs/half"; false; };'
+    )
+    (root / "second.sh").write_text(failing)
+    first = _call(tmp_path, 60, str(ROUND8), "second.sh", PACK_OK=str(tmp_path / "pack_ok"))
+    assert first.returncode == 2 and "second.sh: packing failed" in first.stdout
+    rows = _rows(tmp_path / "out")
+    assert f"{PLAN}/dice_val.csv" in rows and not any(name.startswith("docs/half") for name in rows)
+    (tmp_path / "pack_ok").touch()
+    second = _call(tmp_path, 60, str(ROUND8), "second.sh", PACK_OK=str(tmp_path / "pack_ok"))
+    assert second.returncode == 0 and "started" not in second.stdout
+    assert "docs/second/jobs.txt" in _rows(tmp_path / "out")

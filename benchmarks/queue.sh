@@ -5,7 +5,10 @@
 # claiming stream's process id; a finished job leaves `done` in it. A claim is made whole and then renamed into place
 # (rename is atomic and refuses a folder that exists), so it never lacks its process id and two streams never hold
 # one job. A dead stream's claim is taken over unless its job finished: the dead claim is renamed aside first, so
-# only one stream takes it; a stopped round restarts with the same command.
+# only one stream takes it; a stopped round restarts with the same command. A round may also define `score_job INDEX`:
+# it runs after `job INDEX` under the same claim, before `done`, so that a run is scored (its rows written) as soon as
+# it has trained, in the session and on the machine that hold its model; a stream stopped between the two runs both
+# again on the next call (the job skips a finished run, the scoring what it has scored).
 claim_job() {
     local dir="$OUT/runs/claims/$1" new owner
     mkdir -p "$OUT/runs/claims"
@@ -28,6 +31,7 @@ run_queue() {
         claim_job "$index" || continue
         echo "stream $stream: job $index ($(date -u +%FT%TZ))"
         job "$index"
+        if declare -F score_job > /dev/null; then score_job "$index"; fi
         touch "$OUT/runs/claims/$index/done"
     done
 }

@@ -30,6 +30,8 @@ Usage (from the repository root, a checkout at the plan's commit)::
     OMP_NUM_THREADS=1 python -m benchmarks.score_val score docs/results/<plan> --runs-root /work \\
         --scoring plain='{"pred_interp": "bilinear"}' \\
         --scoring mirrored='{"pred_interp": "bilinear", "mirror_axes": [0, 1]}'
+    OMP_NUM_THREADS=1 python -m benchmarks.score_val score docs/results/<plan> --runs-root .. \\
+        --run f0_fewlabel_L2_d0_s0 --scoring plain='{"pred_interp": "bilinear"}'   # a job's own run, as it ends
     python -m benchmarks.score_val paired docs/results/<plan> --set primary --a plain --b mirrored
     python -m benchmarks.score_val arms docs/results/<plan> --scoring plain --a grid128 --b grid192
 """
@@ -171,18 +173,27 @@ def score(
     data_dir: str | None,
     split: str = "val",
     models: list[str] | None = None,
+    runs: list[str] | None = None,
 ) -> Path:
-    """Evaluates every (model, scoring) without a ``dice.json`` yet, then :func:`collect`; with ``models``, only
-    those models of ``models.csv`` (a run scored in the session that trained it, before the machine that holds it
-    goes; the rows of the others already scored are kept). A failed evaluation stops the run, naming its log.
+    """Evaluates every (model, scoring) without a ``dice.json`` yet, then :func:`collect`; with ``models`` (names)
+    or ``runs`` (run folders, the last part of a ``run_dir``: what a round's job knows of the run it has just
+    trained), only those models of ``models.csv`` (a run scored in the session that trained it, before the machine
+    that holds it goes; the rows of the others already scored are kept). A failed evaluation stops the run, naming
+    its log.
 
     Raises:
-        ValueError: a name in ``models`` that ``models.csv`` does not list (naming the file).
+        ValueError: a name in ``models`` that ``models.csv`` does not list, or a folder in ``runs`` that is not the
+            run folder of exactly one of its models (naming the file).
     """
     rows = read_models(out)
     unknown = sorted(set(models or []) - {row["model"] for row in rows})
     if unknown:
         raise ValueError(f"{out / 'models.csv'} lists no model {', '.join(unknown)}")
+    for folder in runs or []:
+        found = [row["model"] for row in rows if row.get("run_dir") and Path(row["run_dir"]).name == folder]
+        if len(found) != 1:
+            raise ValueError(f"{out / 'models.csv'}: {len(found)} models have the run folder {folder!r}, not 1")
+        models = [*(models or []), *found]
     for row in rows:
         if row.get("scored_in") or (models and row["model"] not in models):
             continue  # no model to evaluate (its rows are copied by collect), or not asked for
@@ -285,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--data-dir", default=None, help="the dataset folder, where the splits' paths need one")
     run.add_argument("--split", default="val", help="the patients scored: val, or test for a reading set down before")
     run.add_argument("--model", action="append", help="score only this model of models.csv (repeatable)")
+    run.add_argument(
+        "--run", action="append", help="score only the model whose run_dir ends in this run folder (repeatable)"
+    )
     read = commands.add_parser("paired", help="the paired difference of two scorings over a set of models")
     read.add_argument("out", type=Path)
     read.add_argument("--set", required=True)
@@ -301,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     between.add_argument("--split", default="val")
     args = parser.parse_args(argv)
     if args.command == "score":
-        print(score(args.out, args.runs_root, dict(args.scoring), args.bundle, args.data_dir, args.split, args.model))
+        scorings = dict(args.scoring)
+        print(score(args.out, args.runs_root, scorings, args.bundle, args.data_dir, args.split, args.model, args.run))
     elif args.command == "paired":
         print(json.dumps(paired(args.out, args.set, args.a, args.b, args.key, args.split)))
     else:

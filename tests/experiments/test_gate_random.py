@@ -1,6 +1,7 @@
 """docs/results/gate-random_{acdc,prostate}/run.sh: each plan's 20 jobs are the runs that its models.csv lists
-(fold, L, draw, seed 0: the folds' own; recipe and width; the dataset's bundle), L = 2 first, and neither starts
-without round 10's width. ``python`` is a stand-in that logs the driver's arguments."""
+(fold, L, draw, seed 0: the folds' own; recipe and width; the dataset's bundle), L = 2 first, each scored as it
+ends (validation, then the test patients) before the next starts, and neither starts without round 10's width.
+``python`` is a stand-in that logs the arguments of every command."""
 
 import csv
 import os
@@ -19,6 +20,7 @@ PLANS = {
         ["--bundle", "gcl_prostate", "--base-split", "docs/results/cpu-mini_prostate/split.json"],
     ),
 }
+SCORED = {"acdc": ("acdc", []), "prostate": ("prostate", ["--bundle", "bundles/gcl_prostate"])}
 
 STAND_IN = f"""#!{sys.executable}
 import os, sys
@@ -57,7 +59,9 @@ def _value(args: list[str], key: str) -> str:
 def test_the_jobs_are_the_runs_of_models_csv(tmp_path, dataset, width, features, recipe):
     plan, bundle = PLANS[dataset]
     assert _run(tmp_path, plan, width).returncode == 0
-    calls = [line.split() for line in (tmp_path / "calls.txt").read_text().splitlines()]
+    commands = [line.split() for line in (tmp_path / "calls.txt").read_text().splitlines()]
+    calls = commands[0::3]  # each job: its training, then its two scorings
+    assert all(a[:2] == ["-m", "benchmarks.finetune_curves"] for a in calls)
     folders = [
         f"f{_value(a, '--fold')}_{_value(a, '--recipe')}_L{_value(a, '--labeled')}_d{_value(a, '--draw')}_s0"
         for a in calls
@@ -70,7 +74,16 @@ def test_the_jobs_are_the_runs_of_models_csv(tmp_path, dataset, width, features,
         assert args[2 : 2 + len(bundle)] == bundle and ("--bundle" in args) == bool(bundle)  # the dataset's
         assert _value(args, "--features") == features and _value(args, "--iterations") == "1500"
         assert _value(args, "--val-every") == "250" and _value(args, "--batch_size") == "20"
-        assert _value(args, "--amp") == "False"
+        assert _value(args, "--amp") == "False" and _value(args, "--checkpoint-every") == "50"
+    data_dir, score_args = SCORED[dataset]
+    for i, folder in enumerate(folders):
+        for split, args in zip(("val", "test"), commands[3 * i + 1 : 3 * i + 3]):
+            assert args[:4] == ["-m", "benchmarks.score_val", "score", str(tmp_path / "out")]
+            assert args[4 : 4 + len(score_args)] == score_args and _value(args, "--split") == split
+            assert _value(args, "--run") == folder and _value(args, "--runs-root") == ".."
+            assert _value(args, "--data-dir") == f"../shared/data/{data_dir}"
+            assert _value(args, "--scoring") == 'bilinear={"pred_interp":'  # split at the space: the one scoring
+            assert args.count("--scoring") == 1
 
 
 @pytest.mark.parametrize("dataset", sorted(PLANS))

@@ -66,3 +66,21 @@ def test_a_claim_holds_its_process_id_and_a_live_claim_is_refused(tmp_path):
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_rounds_scoring_runs_after_each_job_before_it_is_done(tmp_path):
+    # score_job fails once on job 1 (a session stopped mid-scoring): job 1 is not done, and the next call trains
+    # (the driver would skip the finished run) and scores it again, before `done`
+    job = 'job() { echo "job $1" >> "$OUT/ran"; }'
+    score = (
+        'score_job() { echo "score $1 $(ls "$OUT/runs/claims/$1")" >> "$OUT/ran"; '
+        'if [ "$1" = 1 ] && [ ! -f "$OUT/failed" ]; then touch "$OUT/failed"; return 1; fi; }'
+    )
+    script = f'set -e; OUT="{tmp_path}"; source "{QUEUE}"; {job}; {score}; run_queue A 3'
+    assert subprocess.run(["bash", "-c", script]).returncode != 0
+    assert not (tmp_path / "runs/claims/1/done").exists() and not (tmp_path / "runs/claims/2").exists()
+    assert subprocess.run(["bash", "-c", script]).returncode == 0
+    assert (tmp_path / "ran").read_text().splitlines() == [
+        "job 0", "score 0 pid", "job 1", "score 1 pid", "job 1", "score 1 pid", "job 2", "score 2 pid"
+    ]  # fmt: skip
+    assert all((tmp_path / f"runs/claims/{i}/done").is_file() for i in range(3))

@@ -299,3 +299,36 @@ def test_a_variant_without_volumes_is_an_empty_cell_and_reads_no_pair(tmp_path):
     assert reading["n"] == 2 and reading["mean"] == pytest.approx(0.035)
     with pytest.raises(ValueError, match="0 models scored both"):
         score_val.paired(out, "primary", "plain", "mirrored", key="dice_ed")
+
+
+def test_score_of_a_run_folder_evaluates_the_model_that_ran_there(tmp_path, monkeypatch):
+    for name in ("a", "b"):
+        _run(tmp_path, name)
+    listed = [
+        {"model": "lost", "set": "old", "run_dir": ""},  # a model read from another plan: no run folder
+        {"model": "m_a", "set": "new", "run_dir": "worktree/a"},
+        {"model": "m_b", "set": "new", "run_dir": "worktree/b"},
+        {"model": "m_b_gpu", "set": "gpu", "run_dir": "train/b"},  # the same folder name on another machine
+    ]
+    out = _plan(tmp_path, listed)
+    calls = []
+
+    def fake_bundle(command, stdout, stderr, cwd):
+        calls.append(command)
+        eval_dir = score_val.Path(command[command.index("--output_dir") + 1])
+        dice = {"dice": 0.8, "dice_ed": 0.85, "dice_pooled_2d": 0.86, "num_volumes": 24, "dice_per_class": {"lv": 0.9}}
+        (eval_dir / "eval").mkdir(parents=True)
+        (eval_dir / "eval" / "dice.json").write_text(json.dumps(dice))
+        return 0
+
+    monkeypatch.setattr(score_val.subprocess, "call", fake_bundle)
+    argv = ["score", str(out), "--runs-root", str(tmp_path), "--scoring", "plain={}", "--split", "test"]
+    assert main([*argv, "--run", "a"]) == 0 and len(calls) == 1
+    assert "worktree/a" in calls[0][calls[0].index("--ckpt_dir") + 1]
+    rows = list(csv.DictReader((out / "dice_test.csv").open()))
+    assert [(r["model"], r["scoring"]) for r in rows] == [("m_a", "plain")]
+    with pytest.raises(ValueError, match=r"models.csv: 2 models have the run folder 'b', not 1"):
+        main([*argv, "--run", "b"])
+    with pytest.raises(ValueError, match=r"models.csv: 0 models have the run folder 'c', not 1"):
+        main([*argv, "--run", "c"])
+    assert len(calls) == 1  # a refused folder evaluates nothing

@@ -1,0 +1,70 @@
+"""The CPU runs of round 10 and of the prostate full-supervision gate (their run.sh): each of the 5 jobs trains the
+run that models.csv lists for its fold, checkpointed every 50 iterations, and is scored as soon as it has trained
+(round 10: validation; the gate: validation, then the test patients) before the next job starts. ``python`` is a
+stand-in that logs the arguments of every command."""
+
+import csv
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+STAND_IN = f"""#!{sys.executable}
+import os, sys
+with open(os.environ["CALLS"], "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+"""
+# plan folder, the CPU set's worktree in models.csv, the scored splits, the dataset, score_val's bundle arguments
+PLANS = {
+    "round10": ("finetune-width-r10_acdc", "ft53r10/", ["val"], "acdc", [], ["bilinear"]),
+    "prostate_gate": (
+        "gate-fullsup_prostate", "ftp1/", ["val", "test"], "prostate", ["--bundle", "bundles/gcl_prostate"],
+        ["fullsup", "nearest"],
+    ),
+}  # fmt: skip
+
+
+def _value(args: list[str], key: str, default: str | None = None) -> str:
+    return args[args.index(key) + 1] if default is None or key in args else default
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_each_job_trains_its_listed_run_and_scores_it_at_once(tmp_path, name):
+    folder, worktree, splits, dataset, score_args, scorings = PLANS[name]
+    plan = REPO / "docs/results" / folder
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text(STAND_IN)
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    (tmp_path / "out").mkdir()
+    env = {
+        **os.environ, "PATH": f"{python.parent}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls.txt"),
+        "OUT": str(tmp_path / "out"), "AMP": "False",
+    }  # fmt: skip
+    done = subprocess.run(["bash", str(plan / "run.sh"), "A"], cwd=REPO, env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    commands = [line.split() for line in (tmp_path / "calls.txt").read_text().splitlines()]
+    per_job = 1 + len(splits)
+    assert len(commands) == 5 * per_job
+    with (plan / "models.csv").open() as f:
+        listed = [Path(r["run_dir"]).name for r in csv.DictReader(f) if r["run_dir"].startswith(worktree)]
+    trained = []
+    for i in range(5):
+        train, *scores = commands[per_job * i : per_job * (i + 1)]
+        assert train[:2] == ["-m", "benchmarks.finetune_curves"] and _value(train, "--fold") == str(i)
+        assert _value(train, "--checkpoint-every") == "50" and _value(train, "--amp") == "False"
+        run = f"f{i}_{_value(train, '--recipe')}_L{_value(train, '--labeled')}_d{_value(train, '--draw', '0')}_s0"
+        trained.append(run)  # the run folder benchmarks/finetune_curves.py makes of them
+        for split, args in zip(splits, scores, strict=True):
+            assert args[:4] == ["-m", "benchmarks.score_val", "score", str(tmp_path / "out")]
+            assert args[4 : 4 + len(score_args)] == score_args
+            assert ("--split" not in args and split == "val") or _value(args, "--split") == split
+            assert _value(args, "--run") == run and _value(args, "--runs-root") == ".."
+            assert _value(args, "--data-dir") == f"../shared/data/{dataset}"
+            named = [args[j + 1].split("=")[0] for j, a in enumerate(args) if a == "--scoring"]
+            assert named == scorings
+    assert trained == listed

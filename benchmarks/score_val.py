@@ -10,7 +10,8 @@ bundle's ``evaluate.json`` on top of its ``train.json`` with ``--test_split val 
 labels; ``--split test`` scores the split's test patients instead, for a reading set down before), the run's own
 recipe overrides (the arguments of its training command that are not the driver's: the grid, the width; so that
 preprocessing and network are those the model was trained with) and the scoring's overrides. Each (model, scoring)
-evaluates into ``<out>/runs/<model>_<scoring>``; one with a ``dice.json`` is not run again, so ``score`` resumes.
+evaluates into ``<out>/runs/<model>_<scoring>`` (``<model>_<scoring>_test`` on the test patients, so that one plan
+can score both splits); one with a ``dice.json`` is not run again, so ``score`` resumes.
 ``<out>/dice_<split>.csv`` gets one row per (model, scoring): the primary Dice (3D per volume, ED and ES), the
 variants (end-diastole only, pooled 2D), per class, and the number of volumes.
 
@@ -97,6 +98,12 @@ def evaluation_command(
     return command
 
 
+def evaluation_dir(out: Path, model: str, scoring: str, split: str) -> Path:
+    """Where ``model`` is evaluated under ``scoring`` on ``split``: a folder per split, so that the test patients'
+    evaluation is never taken for the validation one that a plan has already run (or the reverse)."""
+    return out / "runs" / (f"{model}_{scoring}" if split == "val" else f"{model}_{scoring}_{split}")
+
+
 def read_models(out: Path) -> list[dict[str, str]]:
     with (out / "models.csv").open(newline="") as f:
         return list(csv.DictReader(f))
@@ -122,7 +129,7 @@ def collect(out: Path, scorings: list[str], split: str = "val") -> Path:
             continue
         fresh = {}
         for scoring in scorings:
-            summary = out / "runs" / f"{row['model']}_{scoring}" / "eval" / "dice.json"
+            summary = evaluation_dir(out, row["model"], scoring, split) / "eval" / "dice.json"
             if summary.is_file():
                 d = json.loads(summary.read_text())
                 fresh[scoring] = {
@@ -198,7 +205,7 @@ def score(
         if row.get("scored_in") or (models and row["model"] not in models):
             continue  # no model to evaluate (its rows are copied by collect), or not asked for
         for name, overrides in scorings.items():
-            eval_dir = out / "runs" / f"{row['model']}_{name}"
+            eval_dir = evaluation_dir(out, row["model"], name, split)
             if (eval_dir / "eval" / "dice.json").is_file():
                 continue
             eval_dir.mkdir(parents=True, exist_ok=True)

@@ -332,3 +332,30 @@ def test_score_of_a_run_folder_evaluates_the_model_that_ran_there(tmp_path, monk
     with pytest.raises(ValueError, match=r"models.csv: 0 models have the run folder 'c', not 1"):
         main([*argv, "--run", "c"])
     assert len(calls) == 1  # a refused folder evaluates nothing
+
+
+def test_one_plan_scores_a_model_on_both_splits_each_from_its_own_evaluation(tmp_path, monkeypatch):
+    # a plan that scores each run on its validation patients and then, sealed, on the test patients (the gates'
+    # score_job): the test rows must come from an evaluation of the test patients, not from the validation one
+    _run(tmp_path, "a")
+    out = _plan(tmp_path, [{"model": "m", "set": "s", "run_dir": "worktree/a"}])
+    calls = []
+
+    def fake_bundle(command, stdout, stderr, cwd):
+        calls.append(command)
+        split = command[command.index("--test_split") + 1]
+        volumes = {"val": 24, "test": 40}[split]
+        eval_dir = score_val.Path(command[command.index("--output_dir") + 1])
+        dice = {"dice": 0.8, "dice_ed": 0.85, "dice_pooled_2d": 0.86, "num_volumes": volumes, "dice_per_class": {}}
+        (eval_dir / "eval").mkdir(parents=True)
+        (eval_dir / "eval" / "dice.json").write_text(json.dumps(dice))
+        return 0
+
+    monkeypatch.setattr(score_val.subprocess, "call", fake_bundle)
+    argv = ["score", str(out), "--runs-root", str(tmp_path), "--scoring", "plain={}", "--run", "a"]
+    for split in ("val", "test", "val", "test"):  # the second pass resumes: nothing evaluated again
+        assert main([*argv, "--split", split]) == 0
+    assert [c[c.index("--test_split") + 1] for c in calls] == ["val", "test"]
+    for split, volumes in (("val", "24"), ("test", "40")):
+        rows = list(csv.DictReader((out / f"dice_{split}.csv").open()))
+        assert [(r["model"], r["num_volumes"]) for r in rows] == [("m", volumes)]

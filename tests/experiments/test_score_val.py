@@ -77,23 +77,32 @@ def _plan(tmp_path, models):
     return out
 
 
+def _evaluation(calls: list, summary=None):
+    """A stand-in for the bundle's evaluation (``subprocess.call``): records the command and writes the
+    ``dice.json`` that evaluate.json's DiceSummary writes, ``summary(command)`` (by default a fixed one)."""
+
+    def call(command, stdout, stderr, cwd):
+        calls.append(command)
+        eval_dir = score_val.Path(command[command.index("--output_dir") + 1]) / "eval"
+        eval_dir.mkdir(parents=True)
+        dice = {"dice": 0.8, "dice_ed": 0.85, "dice_pooled_2d": 0.86, "num_volumes": 24, "dice_per_class": {"lv": 0.9}}
+        (eval_dir / "dice.json").write_text(json.dumps(summary(command) if summary else dice))
+        return 0
+
+    return call
+
+
 def test_score_evaluates_each_pair_once_and_collects_the_rows(tmp_path, monkeypatch):
     for name in ("a", "b"):
         _run(tmp_path, name)
     out = _plan(tmp_path, [{"model": m, "set": "primary", "run_dir": f"worktree/{m}"} for m in ("a", "b")])
     calls = []
 
-    def fake_bundle(command, stdout, stderr, cwd):  # writes what evaluate.json's DiceSummary writes
-        calls.append(command)
-        eval_dir = command[command.index("--output_dir") + 1]
-        mirrored = "--mirror_axes" in command
-        dice = {"dice": 0.8 + 0.01 * mirrored, "dice_ed": 0.85, "dice_pooled_2d": 0.86, "num_volumes": 24}
-        dice["dice_per_class"] = {"rv": 0.8, "myocardium": 0.75, "lv": 0.9}
-        (score_val.Path(eval_dir) / "eval").mkdir(parents=True)
-        (score_val.Path(eval_dir) / "eval" / "dice.json").write_text(json.dumps(dice))
-        return 0
+    def summary(command):
+        dice = {"dice": 0.8 + 0.01 * ("--mirror_axes" in command), "dice_ed": 0.85, "dice_pooled_2d": 0.86}
+        return {**dice, "num_volumes": 24, "dice_per_class": {"rv": 0.8, "myocardium": 0.75, "lv": 0.9}}
 
-    monkeypatch.setattr(score_val.subprocess, "call", fake_bundle)
+    monkeypatch.setattr(score_val.subprocess, "call", _evaluation(calls, summary))
     argv = [
         "score",
         str(out),
@@ -118,15 +127,7 @@ def test_score_of_named_models_evaluates_only_those_and_keeps_the_others_rows(tm
     out = _plan(tmp_path, [{"model": m, "set": "primary", "run_dir": f"worktree/{m}"} for m in ("a", "b")])
     calls = []
 
-    def fake_bundle(command, stdout, stderr, cwd):
-        calls.append(command)
-        eval_dir = score_val.Path(command[command.index("--output_dir") + 1])
-        dice = {"dice": 0.8, "dice_ed": 0.85, "dice_pooled_2d": 0.86, "num_volumes": 24, "dice_per_class": {"lv": 0.9}}
-        (eval_dir / "eval").mkdir(parents=True)
-        (eval_dir / "eval" / "dice.json").write_text(json.dumps(dice))
-        return 0
-
-    monkeypatch.setattr(score_val.subprocess, "call", fake_bundle)
+    monkeypatch.setattr(score_val.subprocess, "call", _evaluation(calls))
     argv = ["score", str(out), "--runs-root", str(tmp_path), "--scoring", "plain={}"]
     assert main([*argv, "--model", "a"]) == 0 and len(calls) == 1
     assert "worktree/a" in calls[0][calls[0].index("--ckpt_dir") + 1]
@@ -225,19 +226,8 @@ def test_lost_models_are_read_from_the_plan_that_scored_them(tmp_path, monkeypat
     out = _plan(tmp_path, models)
     calls = []
 
-    def fake_bundle(command, stdout, stderr, cwd):
-        calls.append(command)
-        eval_dir = score_val.Path(command[command.index("--output_dir") + 1]) / "eval"
-        eval_dir.mkdir(parents=True)
-        per_class = {"rv": 0.7}
-        (eval_dir / "dice.json").write_text(
-            json.dumps(
-                {"dice": 0.8, "dice_ed": 0.8, "dice_pooled_2d": 0.8, "num_volumes": 24, "dice_per_class": per_class}
-            )
-        )
-        return 0
-
-    monkeypatch.setattr(score_val.subprocess, "call", fake_bundle)
+    summary = {"dice": 0.8, "dice_ed": 0.8, "dice_pooled_2d": 0.8, "num_volumes": 24, "dice_per_class": {"rv": 0.7}}
+    monkeypatch.setattr(score_val.subprocess, "call", _evaluation(calls, lambda command: summary))
     main(
         [
             "score",
@@ -313,15 +303,7 @@ def test_score_of_a_run_folder_evaluates_the_model_that_ran_there(tmp_path, monk
     out = _plan(tmp_path, listed)
     calls = []
 
-    def fake_bundle(command, stdout, stderr, cwd):
-        calls.append(command)
-        eval_dir = score_val.Path(command[command.index("--output_dir") + 1])
-        dice = {"dice": 0.8, "dice_ed": 0.85, "dice_pooled_2d": 0.86, "num_volumes": 24, "dice_per_class": {"lv": 0.9}}
-        (eval_dir / "eval").mkdir(parents=True)
-        (eval_dir / "eval" / "dice.json").write_text(json.dumps(dice))
-        return 0
-
-    monkeypatch.setattr(score_val.subprocess, "call", fake_bundle)
+    monkeypatch.setattr(score_val.subprocess, "call", _evaluation(calls))
     argv = ["score", str(out), "--runs-root", str(tmp_path), "--scoring", "plain={}", "--split", "test"]
     assert main([*argv, "--run", "a"]) == 0 and len(calls) == 1
     assert "worktree/a" in calls[0][calls[0].index("--ckpt_dir") + 1]
@@ -341,17 +323,11 @@ def test_one_plan_scores_a_model_on_both_splits_each_from_its_own_evaluation(tmp
     out = _plan(tmp_path, [{"model": "m", "set": "s", "run_dir": "worktree/a"}])
     calls = []
 
-    def fake_bundle(command, stdout, stderr, cwd):
-        calls.append(command)
-        split = command[command.index("--test_split") + 1]
-        volumes = {"val": 24, "test": 40}[split]
-        eval_dir = score_val.Path(command[command.index("--output_dir") + 1])
-        dice = {"dice": 0.8, "dice_ed": 0.85, "dice_pooled_2d": 0.86, "num_volumes": volumes, "dice_per_class": {}}
-        (eval_dir / "eval").mkdir(parents=True)
-        (eval_dir / "eval" / "dice.json").write_text(json.dumps(dice))
-        return 0
+    def summary(command):  # the number of volumes says which patients were scored
+        volumes = {"val": 24, "test": 40}[command[command.index("--test_split") + 1]]
+        return {"dice": 0.8, "dice_ed": 0.85, "dice_pooled_2d": 0.86, "num_volumes": volumes, "dice_per_class": {}}
 
-    monkeypatch.setattr(score_val.subprocess, "call", fake_bundle)
+    monkeypatch.setattr(score_val.subprocess, "call", _evaluation(calls, summary))
     argv = ["score", str(out), "--runs-root", str(tmp_path), "--scoring", "plain={}", "--run", "a"]
     for split in ("val", "test", "val", "test"):  # the second pass resumes: nothing evaluated again
         assert main([*argv, "--split", split]) == 0

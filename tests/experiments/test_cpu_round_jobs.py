@@ -4,20 +4,12 @@ run that models.csv lists for its fold, checkpointed every 50 iterations, and is
 stand-in that logs the arguments of every command."""
 
 import csv
-import os
-import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-STAND_IN = f"""#!{sys.executable}
-import os, sys
-with open(os.environ["CALLS"], "a") as f:
-    f.write(" ".join(sys.argv[1:]) + "\\n")
-"""
+from tests.experiments.drivers import ARGUMENT_LOGGER, REPO, run_driver
+
 # plan folder, the CPU set's worktree in models.csv, the scored splits, the dataset, score_val's bundle arguments
 PLANS = {
     "round10": ("finetune-width-r10_acdc", "ft53r10/", ["val"], "acdc", [], ["bilinear"]),
@@ -36,18 +28,11 @@ def _value(args: list[str], key: str, default: str | None = None) -> str:
 def test_each_job_trains_its_listed_run_and_scores_it_at_once(tmp_path, name):
     folder, worktree, splits, dataset, score_args, scorings = PLANS[name]
     plan = REPO / "docs/results" / folder
-    python = tmp_path / "bin" / "python"
-    python.parent.mkdir()
-    python.write_text(STAND_IN)
-    python.chmod(python.stat().st_mode | stat.S_IEXEC)
     (tmp_path / "out").mkdir()
-    env = {
-        **os.environ, "PATH": f"{python.parent}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls.txt"),
-        "OUT": str(tmp_path / "out"), "AMP": "False",
-    }  # fmt: skip
-    done = subprocess.run(["bash", str(plan / "run.sh"), "A"], cwd=REPO, env=env, capture_output=True, timeout=120)
+    cmd = ["bash", str(plan / "run.sh"), "A"]
+    done, lines = run_driver(tmp_path, ARGUMENT_LOGGER, cmd, OUT=str(tmp_path / "out"), AMP="False")
     assert done.returncode == 0, done.stderr
-    commands = [line.split() for line in (tmp_path / "calls.txt").read_text().splitlines()]
+    commands = [line.split() for line in lines]
     per_job = 1 + len(splits)
     assert len(commands) == 5 * per_job
     with (plan / "models.csv").open() as f:

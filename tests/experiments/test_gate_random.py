@@ -4,13 +4,12 @@ ends (validation, then the test patients) before the next starts, and neither st
 ``python`` is a stand-in that logs the arguments of every command."""
 
 import csv
-import os
-import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.experiments.drivers import ARGUMENT_LOGGER, run_driver
 
 REPO = Path(__file__).resolve().parents[2]
 PLANS = {
@@ -22,29 +21,11 @@ PLANS = {
 }
 SCORED = {"acdc": ("acdc", []), "prostate": ("prostate", ["--bundle", "bundles/gcl_prostate"])}
 
-STAND_IN = f"""#!{sys.executable}
-import os, sys
-with open(os.environ["CALLS"], "a") as f:
-    f.write(" ".join(sys.argv[1:]) + "\\n")
-"""
 
-
-def _run(tmp_path: Path, plan: Path, width: str) -> subprocess.CompletedProcess:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    python = bin_dir / "python"
-    python.write_text(STAND_IN)
-    python.chmod(python.stat().st_mode | stat.S_IEXEC)
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "CALLS": str(tmp_path / "calls.txt"),
-        "OUT": str(tmp_path / "out"),
-        "WIDTH": width,
-    }
+def _run(tmp_path: Path, plan: Path, width: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     (tmp_path / "out").mkdir(exist_ok=True)
     cmd = ["bash", str(plan / "run.sh"), "A"]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    return run_driver(tmp_path, ARGUMENT_LOGGER, cmd, OUT=str(tmp_path / "out"), WIDTH=width)
 
 
 def _value(args: list[str], key: str) -> str:
@@ -58,8 +39,9 @@ def _value(args: list[str], key: str) -> str:
 )
 def test_the_jobs_are_the_runs_of_models_csv(tmp_path, dataset, width, features, recipe):
     plan, bundle = PLANS[dataset]
-    assert _run(tmp_path, plan, width).returncode == 0
-    commands = [line.split() for line in (tmp_path / "calls.txt").read_text().splitlines()]
+    proc, lines = _run(tmp_path, plan, width)
+    assert proc.returncode == 0
+    commands = [line.split() for line in lines]
     calls = commands[0::3]  # each job: its training, then its two scorings
     assert all(a[:2] == ["-m", "benchmarks.finetune_curves"] for a in calls)
     folders = [
@@ -88,6 +70,6 @@ def test_the_jobs_are_the_runs_of_models_csv(tmp_path, dataset, width, features,
 
 @pytest.mark.parametrize("dataset", sorted(PLANS))
 def test_no_width_no_run(tmp_path, dataset):
-    proc = _run(tmp_path, PLANS[dataset][0], "")
+    proc, lines = _run(tmp_path, PLANS[dataset][0], "")
     assert proc.returncode == 2 and "WIDTH must be default or paper" in proc.stderr
-    assert not (tmp_path / "calls.txt").exists()
+    assert lines == []

@@ -24,7 +24,11 @@ scoring names, with a ``scored_in`` column saying where they come from.
 ``paired`` reads the paired difference ``B - A`` of two scorings over the models of one set; ``arms`` reads the
 paired difference ``B - A`` of two sets of models (a plan's arms) under one scoring, paired by ``models.csv``'s
 ``pair`` column (the fold). Both give the mean, its SD, the t interval and two-sided p
-(``experiments.study.intervals.encoder_difference``: ``scipy.stats.ttest_1samp``), and the count higher.
+(``experiments.study.intervals.encoder_difference``: ``scipy.stats.ttest_1samp``), and the count higher. ``level``
+reads one set under one scoring against a gate's threshold (the mean over its models, their SD, the t interval over
+the models or over the means of a cluster such as the fold, and where it lies: above, below or across the
+threshold); it refuses a set with a model not yet scored, so that a gate
+is never read on part of its models.
 
 Usage (from the repository root, a checkout at the plan's commit)::
 
@@ -35,6 +39,10 @@ Usage (from the repository root, a checkout at the plan's commit)::
         --run f0_fewlabel_L2_d0_s0 --scoring plain='{"pred_interp": "bilinear"}'   # a job's own run, as it ends
     python -m benchmarks.score_val paired docs/results/<plan> --set primary --a plain --b mirrored
     python -m benchmarks.score_val arms docs/results/<plan> --scoring plain --a grid128 --b grid192
+    python -m benchmarks.score_val level docs/results/<gate> --set grid192 --scoring fullsup --split test \\
+        --threshold 0.90
+    python -m benchmarks.score_val level docs/results/<gate> --set L2 --scoring bilinear --split test \\
+        --threshold 0.68 --cluster fold
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 from experiments.study.intervals import encoder_difference
 
@@ -258,6 +267,60 @@ def arms(out: Path, scoring: str, a: str, b: str, key: str = "dice", split: str 
     return {"scoring": scoring, "a": a, "b": b, "key": key, "pairs": pairs, **_difference(d)}
 
 
+def level(
+    out: Path,
+    set_name: str,
+    scoring: str,
+    key: str = "dice",
+    split: str = "val",
+    threshold: float | None = None,
+    cluster: str | None = None,
+) -> dict:
+    """The mean of ``key`` over every model of ``set_name`` under ``scoring``: each model's value, the mean, the SD
+    and the 95% t interval (``scipy.stats.t``) over the n models, or, with ``cluster`` (a column of ``models.csv``,
+    such as the fold whose draws share validation patients and a pool), over the n means of the models sharing a
+    value of it, each cluster the same size so that the mean of the means is the mean over the models (n - 1
+    degrees of freedom either way). With ``threshold`` (a gate's), whether the mean reaches it (``met``) and where
+    the interval lies (``above``, ``below`` or ``across``).
+
+    Raises:
+        ValueError: a set ``models.csv`` does not name, a model of the set without a row of ``scoring`` (naming the
+            models and the rows' file: a gate is read on the whole set or not at all), clusters of unequal size,
+            or fewer than 2 models (clusters).
+    """
+    rows = [r for r in read_models(out) if r["set"] == set_name]
+    if not rows:
+        raise ValueError(f"{out / 'models.csv'} names no model of set {set_name!r}")
+    values = _values(out, key, split)
+    missing = [r["model"] for r in rows if (r["model"], scoring) not in values]
+    if missing:
+        raise ValueError(
+            f"{out / f'dice_{split}.csv'}: set {set_name!r} has no {key!r} scored {scoring!r} for {', '.join(missing)}"
+        )
+    models = {r["model"]: values[(r["model"], scoring)] for r in rows}
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        groups.setdefault(r[cluster] if cluster else r["model"], []).append(models[r["model"]])
+    if len({len(g) for g in groups.values()}) > 1:
+        sizes = {k: len(g) for k, g in groups.items()}
+        raise ValueError(f"set {set_name!r}: clusters by {cluster!r} of unequal size {sizes}")
+    if len(groups) < 2:
+        raise ValueError(f"set {set_name!r}: 1 {'cluster' if cluster else 'model'}; an interval needs at least 2.")
+    v = np.array([np.mean(g) for g in groups.values()])
+    sd = float(v.std(ddof=1))
+    low, high = stats.t.interval(0.95, len(v) - 1, loc=v.mean(), scale=sd / np.sqrt(len(v)))
+    result = {
+        "set": set_name, "scoring": scoring, "key": key, "split": split, "models": models, "cluster": cluster,
+        "n": len(v), "mean": float(v.mean()), "sd": sd, "low": float(low), "high": float(high),
+    }  # fmt: skip
+    if cluster:
+        result["cluster_means"] = dict(zip(groups, v.tolist()))
+    if threshold is not None:
+        where = "above" if low >= threshold else "below" if high < threshold else "across"
+        result.update(threshold=threshold, met=bool(v.mean() >= threshold), interval=where)
+    return result
+
+
 def _rounded(value: float | None) -> float | str:
     """A summary value for the rows; ``None`` (a variant with no volume, such as end-diastole only on a dataset
     without cardiac phases) is an empty cell."""
@@ -320,14 +383,24 @@ def main(argv: list[str] | None = None) -> int:
     between.add_argument("--b", required=True)
     between.add_argument("--key", default="dice")
     between.add_argument("--split", default="val")
+    gate = commands.add_parser("level", help="the mean of one set under one scoring, against a gate's threshold")
+    gate.add_argument("out", type=Path)
+    gate.add_argument("--set", required=True)
+    gate.add_argument("--scoring", required=True)
+    gate.add_argument("--key", default="dice")
+    gate.add_argument("--split", default="val")
+    gate.add_argument("--threshold", type=float, default=None, help="the gate's level (the mean must reach it)")
+    gate.add_argument("--cluster", default=None, help="the interval over the means of models sharing this column")
     args = parser.parse_args(argv)
     if args.command == "score":
         scorings = dict(args.scoring)
         print(score(args.out, args.runs_root, scorings, args.bundle, args.data_dir, args.split, args.model, args.run))
     elif args.command == "paired":
         print(json.dumps(paired(args.out, args.set, args.a, args.b, args.key, args.split)))
-    else:
+    elif args.command == "arms":
         print(json.dumps(arms(args.out, args.scoring, args.a, args.b, args.key, args.split)))
+    else:
+        print(json.dumps(level(args.out, args.set, args.scoring, args.key, args.split, args.threshold, args.cluster)))
     return 0
 
 

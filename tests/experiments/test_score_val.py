@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import benchmarks.score_val as score_val
-from benchmarks.score_val import arms, evaluation_command, main, paired, recipe_overrides
+from benchmarks.score_val import arms, evaluation_command, level, main, paired, recipe_overrides
 
 DRIVER = ["--init", "random", "--seed", "0", "--split_file", "s.json", "--work_dir", "w", "--output_dir", "w/model"]
 DRIVER += ["--ckpt_dir", "w/released", "--num_workers", "0", "--progress_bar", "False", "--epochs", "5"]
@@ -202,6 +202,52 @@ def test_arms_need_a_pair_column_named_once_per_arm(tmp_path):
     out = _plan(tmp_path, [{"model": m, "set": "s", "run_dir": m, "pair": "0"} for m in ("a", "b")])
     with pytest.raises(ValueError, match="pair '0' twice in set 's'"):
         arms(out, "full", "s", "t")
+
+
+def test_a_gate_reads_the_level_of_a_whole_set_by_hand(tmp_path, capsys):
+    names = ["m0", "m1", "m2", "m3", "m4"]
+    out = _plan(tmp_path, [{"model": m, "set": "o" if m == "other" else "g", "run_dir": m} for m in names + ["other"]])
+    with (out / "dice_test.csv").open("w") as f:
+        f.write("model,scoring,dice\nm0,full,0.90\nm1,full,0.88\nm2,full,0.92\nm3,full,0.86\nm4,full,0.94\n")
+        f.write("m0,near,0.5\nother,full,0.1\n")
+    # the set is m0-m4 ("other" is not of it): mean 0.90; deviations 0, -0.02, 0.02, -0.04, 0.04, so SD =
+    # sqrt(0.004 / 4); half width t_{0.975, 4} * SD / sqrt(5) with t_{0.975, 4} = 2.7764451051977987
+    half = 2.7764451051977987 * math.sqrt(0.001) / math.sqrt(5)
+    r = level(out, "g", "full", split="test", threshold=0.89)
+    assert r["models"] == dict(zip(names, [0.90, 0.88, 0.92, 0.86, 0.94])) and r["n"] == 5
+    assert math.isclose(r["mean"], 0.90, rel_tol=1e-12) and math.isclose(r["sd"], math.sqrt(0.001), rel_tol=1e-9)
+    assert math.isclose(r["low"], 0.90 - half, rel_tol=1e-9) and math.isclose(r["high"], 0.90 + half, rel_tol=1e-9)
+    assert r["met"] and r["interval"] == "across"  # 0.8607 .. 0.9393 holds 0.89
+    assert level(out, "g", "full", split="test", threshold=0.85)["interval"] == "above"
+    below = level(out, "g", "full", split="test", threshold=0.95)
+    assert not below["met"] and below["interval"] == "below"
+    assert "met" not in level(out, "g", "full", split="test")
+    main(["level", str(out), "--set", "g", "--scoring", "full", "--split", "test", "--threshold", "0.95"])
+    assert json.loads(capsys.readouterr().out)["interval"] == "below"
+    with pytest.raises(ValueError, match=r"dice_test.csv: set 'g' has no 'dice' scored 'near' for m1, m2, m3, m4"):
+        level(out, "g", "near", split="test")
+    with pytest.raises(ValueError, match="names no model of set 'h'"):
+        level(out, "h", "full", split="test")
+    with pytest.raises(ValueError, match="set 'o': 1 model"):
+        level(out, "o", "full", split="test")
+
+
+def test_a_gate_over_draws_takes_its_interval_over_the_fold_means_by_hand(tmp_path):
+    rows = [("a", "0", 0.50), ("b", "0", 0.70), ("c", "1", 0.62), ("d", "1", 0.66), ("e", "2", 0.71), ("f", "2", 0.75)]
+    out = _plan(tmp_path, [{"model": m, "set": "L2", "run_dir": m, "fold": k} for m, k, _ in rows])
+    with (out / "dice_test.csv").open("w") as f:
+        f.write("model,scoring,dice\n" + "".join(f"{m},bl,{v}\n" for m, _, v in rows))
+    r = level(out, "L2", "bl", split="test", threshold=0.68, cluster="fold")
+    # fold means 0.60, 0.64, 0.73: mean 0.6566..., the mean over the six models; deviations -1.7/30, -0.5/30,
+    # 2.2/30, so SD = sqrt(7.98 / 900 / 2); half width t_{0.975, 2} * SD / sqrt(3), t_{0.975, 2} = 4.302652729749462
+    sd = math.sqrt(7.98 / 900 / 2)
+    assert r["n"] == 3 and r["cluster_means"] == pytest.approx({"0": 0.60, "1": 0.64, "2": 0.73})
+    assert math.isclose(r["mean"], 1.97 / 3, rel_tol=1e-12) and math.isclose(r["sd"], sd, rel_tol=1e-9)
+    assert math.isclose(r["high"] - r["mean"], 4.302652729749462 * sd / math.sqrt(3), rel_tol=1e-9)
+    assert not r["met"] and r["interval"] == "across"
+    with pytest.raises(ValueError, match=r"clusters by 'fold' of unequal size \{'0': 2, '1': 2, '2': 1\}"):
+        _plan(tmp_path, [{"model": m, "set": "L2", "run_dir": m, "fold": k} for m, k, _ in rows[:5]])
+        level(out, "L2", "bl", split="test", cluster="fold")
 
 
 def test_lost_models_are_read_from_the_plan_that_scored_them(tmp_path, monkeypatch):

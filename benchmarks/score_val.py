@@ -27,8 +27,7 @@ paired difference ``B - A`` of two sets of models (a plan's arms) under one scor
 (``experiments.study.intervals.encoder_difference``: ``scipy.stats.ttest_1samp``), and the count higher. ``level``
 reads one set under one scoring against a gate's threshold (the mean over its models, their SD, the t interval over
 the models or over the means of a cluster such as the fold, and where it lies: above, below or across the
-threshold); it refuses a set with a model not yet scored, so that a gate
-is never read on part of its models.
+threshold); it refuses a set with a model not yet scored, so that a gate is never read on part of its models.
 
 Usage (from the repository root, a checkout at the plan's commit)::
 

@@ -10,8 +10,9 @@ and the ``monai.bundle`` tools work on it unchanged, also after it is copied els
 
 Every config of ``common`` is generated for every bundle folder of ``bundle_sources`` (a bundle without its own file
 for a config takes the common one as it is); ``logging.conf`` and the overlays of ``common/recipes`` (pre-training
-recipes a user stacks on ``pretrain.json``: ``--config_file "['configs/pretrain.json','configs/recipes/sgd.json']"``)
-are copied; ``metadata.json`` and
+recipes a user stacks on ``pretrain.json``: ``--config_file "['configs/pretrain.json','configs/recipes/sgd.json']"``,
+and fine-tuning recipes on ``train.json``) are copied, each with a bundle's own values of its keys from
+``<bundle>/recipes/<recipe>.json`` merged over it; ``metadata.json`` and
 ``gcl_demo``'s ``demo.json`` are written in the bundles directly (see ``docs/architecture.md``, "One source for the
 bundles").
 """
@@ -67,6 +68,7 @@ def _json(value, indent: int) -> str:
 def generated_configs(bundles: Path = BUNDLES) -> dict[Path, dict | str]:
     """Every generated config: its path under ``bundles`` and its content (each common config for every bundle;
     a JSON config as a dict, ``logging.conf`` as text)."""
+    _check_recipe_values()
     out: dict[Path, dict | str] = {}
     for bundle in sorted(p for p in SOURCES.iterdir() if p.is_dir() and p.name != "common"):
         for common in sorted((SOURCES / "common").glob("*.conf")):
@@ -79,8 +81,25 @@ def generated_configs(bundles: Path = BUNDLES) -> dict[Path, dict | str]:
                 content = _ordered(ConfigParser.load_config_files([str(common), str(values)]), content)
             out[bundles / bundle.name / "configs" / common.name] = content
         for overlay in sorted((SOURCES / "common" / "recipes").glob("*.json")):
-            out[bundles / bundle.name / "configs" / "recipes" / overlay.name] = json.loads(overlay.read_text())
+            out[bundles / bundle.name / "configs" / "recipes" / overlay.name] = _recipe(overlay, bundle)
     return out
+
+
+def _recipe(overlay: Path, bundle: Path) -> dict:
+    """The recipe ``overlay`` for ``bundle``: the common recipe, with the bundle's own value of a recipe key from
+    ``<bundle>/recipes/<recipe>.json`` merged over it (a value chosen on that data set's validation patients, such as
+    ACDC's 192 x 192 grid for ``finetune_fullsup``)."""
+    content, values = json.loads(overlay.read_text()), bundle / "recipes" / overlay.name
+    if values.is_file():
+        content = _ordered(ConfigParser.load_config_files([str(overlay), str(values)]), content)
+    return content
+
+
+def _check_recipe_values() -> None:
+    """Refuse a bundle's recipe values with no common recipe to merge over (a misspelt name would be dropped)."""
+    for values in sorted(SOURCES.glob("*/recipes/*.json")):
+        if values.parent.parent.name != "common" and not (SOURCES / "common" / "recipes" / values.name).is_file():
+            raise ValueError(f"{values}: no common recipe {values.name} in {SOURCES / 'common' / 'recipes'}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -103,3 +103,55 @@ def test_a_key_only_one_bundle_has_sits_where_it_is_first_used():
     keys = list(json.loads((REPO / "bundles" / "gcl_demo" / "configs" / "pretrain.json").read_text()))
     assert keys.index("num_patients") < keys.index("data_seed") < keys.index("dataset_dir")
     assert keys.index("dataset_dir") == keys.index("data_seed") + 1
+
+
+# the recipe keys a bundle may set for itself: values chosen on that data set's validation patients
+RECIPE_DATASET_KEYS = {"image_size"}
+
+
+def test_a_bundles_value_of_a_recipe_key_is_merged_over_the_common_recipe(tmp_path, monkeypatch):
+    sys.path.insert(0, str(SOURCES))
+    try:
+        import generate
+    finally:
+        sys.path.remove(str(SOURCES))
+    sources = tmp_path / "bundle_sources"
+    (sources / "common" / "recipes").mkdir(parents=True)
+    (sources / "common" / "recipes" / "fit.json").write_text('{"batch_size": 20, "image_size": [128, 128], "lr": 1}')
+    (sources / "ours" / "recipes").mkdir(parents=True)
+    (sources / "ours" / "recipes" / "fit.json").write_text('{"image_size": [192, 192]}')
+    (sources / "theirs").mkdir()
+    monkeypatch.setattr(generate, "SOURCES", sources)
+    out = generate.generated_configs(tmp_path / "bundles")
+    ours = out[tmp_path / "bundles" / "ours" / "configs" / "recipes" / "fit.json"]
+    assert ours == {"batch_size": 20, "image_size": [192, 192], "lr": 1}
+    assert list(ours) == ["batch_size", "image_size", "lr"]  # the common recipe's order
+    theirs = out[tmp_path / "bundles" / "theirs" / "configs" / "recipes" / "fit.json"]
+    assert theirs == {"batch_size": 20, "image_size": [128, 128], "lr": 1}
+    (sources / "ours" / "recipes" / "fti.json").write_text('{"image_size": [192, 192]}')  # no such common recipe
+    with pytest.raises(ValueError, match=r"ours/recipes/fti.json: no common recipe fti.json"):
+        generate.generated_configs(tmp_path / "bundles")
+
+
+def test_bundles_set_only_dataset_values_of_a_recipe():
+    own_files = sorted(p for p in SOURCES.glob("*/recipes/*.json") if p.parent.parent.name != "common")
+    assert SOURCES / "gcl_acdc" / "recipes" / "finetune_fullsup.json" in own_files  # ACDC's 192 x 192 grid
+    for values in own_files:
+        own = json.loads(values.read_text())
+        assert set(own) <= RECIPE_DATASET_KEYS, f"{values}: {sorted(set(own) - RECIPE_DATASET_KEYS)} are recipe keys"
+        common = json.loads((SOURCES / "common" / "recipes" / values.name).read_text())
+        generated = json.loads(
+            (REPO / "bundles" / values.parent.parent.name / "configs" / "recipes" / values.name).read_text()
+        )
+        assert generated == {**common, **own}
+
+
+def test_acdc_fine_tunes_its_full_supervision_on_the_192_grid_it_chose():
+    """Round 8 of issue 53 chose 192 x 192 on ACDC's validation folds; the other bundles keep their train.json grid."""
+
+    def recipe(bundle):
+        return json.loads((REPO / "bundles" / bundle / "configs" / "recipes" / "finetune_fullsup.json").read_text())
+
+    assert recipe("gcl_acdc")["image_size"] == [192, 192]
+    for bundle in set(BUNDLES) - {"gcl_acdc"}:
+        assert "image_size" not in recipe(bundle), bundle

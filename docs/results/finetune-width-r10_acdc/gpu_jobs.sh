@@ -1,6 +1,5 @@
-# Round 10's jobs on a GPU session (amendment 2), for benchmarks/gpu_queue.sh, after round 8's:
-#   source benchmarks/offline_setup.sh && bash benchmarks/gpu_queue.sh 480 \
-#       docs/results/finetune-curves-r8_acdc/gpu_jobs.sh docs/results/finetune-width-r10_acdc/gpu_jobs.sh
+# Round 10's jobs on a GPU session (amendment 2), for benchmarks/gpu_queue.sh (round 8's finished on the CPU):
+#   source benchmarks/offline_setup.sh && bash benchmarks/gpu_queue.sh 480 docs/results/finetune-width-r10_acdc/gpu_jobs.sh
 # One job per fold: round 10's command (AMP=False, amendment 1) with the device switches of the GPU fine-tuning
 # (recipe batch20_width512_gpu), then its model scored on the fold's validation patients (`bilinear`, one pass).
 # Returned: this folder's dice_val.csv, curves_gpu.csv and times_gpu.csv. REHEARSE=1: fold 0, 2 iterations

@@ -1,6 +1,7 @@
-"""The CPU runs of round 10 and of the prostate full-supervision gate (their run.sh): each of the 5 jobs trains the
-run that models.csv lists for its fold, checkpointed every 50 iterations, and is scored as soon as it has trained
-(round 10: validation; the gate: validation, then the test patients) before the next job starts. ``python`` is a
+"""The CPU runs of rounds 9 and 10 and of the prostate full-supervision gate (their run.sh): each of the 5 jobs trains
+the run that models.csv lists for its fold, checkpointed every 50 iterations, in the plan's precision, and is scored
+as soon as it has trained (rounds 9 and 10: validation; the gate: validation, then the test patients) before the next
+job starts. ``python`` is a
 stand-in that logs the arguments of every command."""
 
 import csv
@@ -10,12 +11,14 @@ import pytest
 
 from tests.experiments.drivers import ARGUMENT_LOGGER, REPO, run_driver
 
-# plan folder, the CPU set's worktree in models.csv, the scored splits, the dataset, score_val's bundle arguments
+# plan folder, the CPU set's worktree in models.csv, the scored splits, the dataset, score_val's bundle arguments,
+# the scorings, the precision (--amp)
 PLANS = {
-    "round10": ("finetune-width-r10_acdc", "ft53r10/", ["val"], "acdc", [], ["bilinear"]),
+    "round9": ("finetune-precision-r9_acdc", "ft53r9/", ["val"], "acdc", [], ["fullsup", "bilinear"], "True"),
+    "round10": ("finetune-width-r10_acdc", "ft53r10/", ["val"], "acdc", [], ["bilinear"], "False"),
     "prostate_gate": (
         "gate-fullsup_prostate", "ftp1/", ["val", "test"], "prostate", ["--bundle", "bundles/gcl_prostate"],
-        ["fullsup", "nearest"],
+        ["fullsup", "nearest"], "False",
     ),
 }  # fmt: skip
 
@@ -26,7 +29,7 @@ def _value(args: list[str], key: str, default: str | None = None) -> str:
 
 @pytest.mark.parametrize("name", sorted(PLANS))
 def test_each_job_trains_its_listed_run_and_scores_it_at_once(tmp_path, name):
-    folder, worktree, splits, dataset, score_args, scorings = PLANS[name]
+    folder, worktree, splits, dataset, score_args, scorings, amp = PLANS[name]
     plan = REPO / "docs/results" / folder
     (tmp_path / "out").mkdir()
     cmd = ["bash", str(plan / "run.sh"), "A"]
@@ -41,7 +44,7 @@ def test_each_job_trains_its_listed_run_and_scores_it_at_once(tmp_path, name):
     for i in range(5):
         train, *scores = commands[per_job * i : per_job * (i + 1)]
         assert train[:2] == ["-m", "benchmarks.finetune_curves"] and _value(train, "--fold") == str(i)
-        assert _value(train, "--checkpoint-every") == "50" and _value(train, "--amp") == "False"
+        assert _value(train, "--checkpoint-every") == "50" and _value(train, "--amp") == amp
         run = f"f{i}_{_value(train, '--recipe')}_L{_value(train, '--labeled')}_d{_value(train, '--draw', '0')}_s0"
         trained.append(run)  # the run folder benchmarks/finetune_curves.py makes of them
         for split, args in zip(splits, scores, strict=True):

@@ -56,3 +56,32 @@ def test_each_job_trains_its_listed_run_and_scores_it_at_once(tmp_path, name):
             named = [args[j + 1].split("=")[0] for j, a in enumerate(args) if a == "--scoring"]
             assert named == scorings
     assert trained == listed
+
+
+def test_round11_scores_each_run_on_validation_here_and_sealed_on_test_in_the_gates_folder(tmp_path):
+    plan, gate = REPO / "docs/results/finetune-budget-r11_acdc", REPO / "docs/results/gate-fullsup_acdc"
+    (tmp_path / "out").mkdir()
+    cmd = ["bash", str(plan / "run.sh"), "A"]
+    refused, _ = run_driver(tmp_path, ARGUMENT_LOGGER, cmd, OUT=str(tmp_path / "out"))
+    assert refused.returncode != 0 and "AMP must be True or False" in refused.stderr  # the precision is round 9's
+    done, lines = run_driver(tmp_path, ARGUMENT_LOGGER, cmd, OUT=str(tmp_path / "out"), GATE="GATE", AMP="True")
+    assert done.returncode == 0, done.stderr
+    commands = [line.split() for line in lines]
+    assert len(commands) == 15
+    listed = {}
+    for path, set_name in ((plan, "it5000"), (gate, "grid192_it5000")):
+        with (path / "models.csv").open() as f:
+            listed[path] = [Path(r["run_dir"]).name for r in csv.DictReader(f) if r["set"] == set_name]
+    assert listed[plan] == listed[gate]
+    for i in range(5):
+        train, val, test = commands[3 * i : 3 * (i + 1)]
+        assert _value(train, "--fold") == str(i) and _value(train, "--iterations") == "5000"
+        assert _value(train, "--checkpoint-every") == "50" and _value(train, "--amp") == "True"
+        assert _value(train, "--image_size") == "[192,192]" and _value(train, "--batch_size") == "20"
+        run = f"f{i}_{_value(train, '--recipe')}_Lfull_d0_s0"
+        assert run == f"f{i}_batch20_grid192_it5000_bf16_Lfull_d0_s0"  # bfloat16 renames the run (an amendment)
+        assert listed[plan][i] == run.replace("_bf16", "")
+        assert val[3] == str(tmp_path / "out") and "--split" not in val and _value(val, "--run") == run
+        assert test[3] == "GATE" and _value(test, "--split") == "test" and _value(test, "--run") == run
+        for args, scorings in ((val, ["fullsup", "bilinear"]), (test, ["fullsup", "nearest"])):
+            assert [args[j + 1].split("=")[0] for j, a in enumerate(args) if a == "--scoring"] == scorings

@@ -262,6 +262,18 @@ def test_full_supervision_overlay_states_the_recipe_chosen_on_validation(tmp_pat
         assert [type(t).__name__ for t in steps][-3:] == ["Invertd", "AsDiscreted", "KeepLargestConnectedComponentd"]
 
 
+def test_acdc_full_supervision_overlay_trains_and_infers_on_its_192_grid(tmp_path):
+    """In ``gcl_acdc`` the overlay also sets the 192 x 192 grid (round 8), so the model it trains is read on that grid
+    when the overlay is stacked on ``inference.json``; the bundle alone keeps 128 x 128."""
+    acdc = REPO / "bundles" / "gcl_acdc" / "configs"
+    overlay = acdc / "recipes" / "finetune_fullsup.json"
+    for files, inferer in (([acdc / "inference.json", overlay], (192, 192)), ([acdc / "inference.json"], (128, 128))):
+        parser = _parser(files, bundle_root=str(tmp_path))
+        assert tuple(parser.get_parsed_content("inferer").inferer.roi_size) == inferer
+    train = _parser([acdc / "train.json", overlay], bundle_root=str(tmp_path))
+    assert train.get_parsed_content("image_size") == [192, 192] and train.get_parsed_content("batch_size") == 20
+
+
 def test_few_label_overlay_states_the_recipe_of_the_l2_rounds(tmp_path):
     """``recipes/finetune_fewlabel.json``: batch 20, Adam 1e-3, cosine over 1500 iterations validated every 250
     (rounds 1 and 7), on ``train.json``; the bilinear export without mirroring when stacked on ``evaluate.json``."""

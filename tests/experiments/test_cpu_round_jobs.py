@@ -1,8 +1,7 @@
 """The CPU runs of rounds 9 and 10 and of the prostate full-supervision gate (their run.sh): each of the 5 jobs trains
 the run that models.csv lists for its fold, checkpointed every 50 iterations, in the plan's precision, and is scored
 as soon as it has trained (rounds 9 and 10: validation; the gate: validation, then the test patients) before the next
-job starts. ``python`` is a
-stand-in that logs the arguments of every command."""
+job starts. ``python`` is a stand-in that logs the arguments of every command."""
 
 import csv
 from pathlib import Path

@@ -19,6 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 QUEUE = Path("benchmarks/gpu_queue.sh")
+ROUND_JOBS = Path("benchmarks/gpu_finetune_jobs.sh")
 ROUND8 = Path("docs/results/finetune-curves-r8_acdc/gpu_jobs.sh")
 PLAN = "docs/results/finetune-curves-r8_acdc"
 GATE = "docs/results/gate-fullsup_acdc"
@@ -39,7 +40,10 @@ if module == "benchmarks.finetune_curves" and rest[0] == "times":
         f.write("run,epoch,seconds\\n" + os.path.basename(rest[1]) + ",1,2.0\\n")
 elif module == "benchmarks.finetune_curves":
     fold = value("--fold")
-    log(f"train {{fold}} {{value('--iterations')}} {{value('--device')}} {{value('--recipe')}}")
+    drawn = ""
+    if "--draw" in rest:  # a few-label run: its labelled set and its own --out folder
+        drawn = f" L{{value('--labeled')}} d{{value('--draw')}} {{os.path.basename(value('--out'))}}"
+    log(f"train {{fold}} {{value('--iterations')}} {{value('--device')}} {{value('--recipe')}}{{drawn}}")
     active = os.environ["CALLS"] + ".active"
     os.makedirs(active, exist_ok=True)
     open(os.path.join(active, fold), "w").close()
@@ -85,7 +89,7 @@ def _rows(out: Path) -> dict[str, list[dict]]:
 def _checkout(tmp_path: Path) -> Path:
     """The queue and round 8's jobs in a copy of the folders they write to, and the stand-in on the PATH."""
     root = tmp_path / "checkout"
-    for path in (QUEUE, ROUND8):
+    for path in (QUEUE, ROUND_JOBS, ROUND8):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / path, root / path)
     (root / GATE).mkdir(parents=True)
@@ -286,8 +290,8 @@ def test_round_10_runs_after_round_8_and_returns_its_own_rows(tmp_path):
     started = [line.split(":")[0] for line in proc.stdout.splitlines() if line.endswith("Z)")]
     assert started == [_model(k) for k in range(5)] + [f"r10g_f{k}_batch20_width512_L2_d0" for k in range(5)]
     calls = _calls(tmp_path)
-    assert sorted(c for c in calls if c.endswith("batch20_width512_gpu")) == [
-        f"train {k} 1500 cuda batch20_width512_gpu" for k in range(5)
+    assert sorted(c for c in calls if "batch20_width512_gpu" in c) == [
+        f"train {k} 1500 cuda batch20_width512_gpu L2 d0 f{k}" for k in range(5)
     ]
     for k in range(5):  # validation only, one scoring
         assert f"score finetune-width-r10_acdc val r10g_f{k}_batch20_width512_L2_d0 bilinear" in calls
@@ -296,6 +300,71 @@ def test_round_10_runs_after_round_8_and_returns_its_own_rows(tmp_path):
         f"r10g_f{k}_batch20_width512_L2_d0" for k in range(5)
     }
     assert len(rows[f"{PLAN10}/curves_gpu.csv"]) == 5 and len(rows[f"{PLAN}/curves_gpu.csv"]) == 5
+
+
+ROUND11 = Path("docs/results/finetune-budget-r11_acdc/gpu_jobs.sh")
+PLAN11 = "docs/results/finetune-budget-r11_acdc"
+
+
+def test_round_11_runs_before_round_10_scores_test_in_the_gate_and_names_the_listed_models(tmp_path):
+    root = _checkout(tmp_path)
+    for path in (ROUND11, ROUND10):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / path, root / path)
+    proc = _call(tmp_path, 60, str(ROUND11), str(ROUND10))
+    assert proc.returncode == 0, proc.stderr
+    started = [line.split(":")[0] for line in proc.stdout.splitlines() if line.endswith("Z)")]
+    jobs11 = [f"r11g_f{k}_batch20_grid192_it5000" for k in range(5)]
+    assert started == jobs11 + [f"r10g_f{k}_batch20_width512_L2_d0" for k in range(5)]
+    calls = _calls(tmp_path)
+    for k, job in enumerate(jobs11):  # 5000 iterations, then validation under two scorings, test under two
+        train = calls.index(f"train {k} 5000 cuda batch20_grid192_it5000_gpu")
+        val = calls.index(f"score finetune-budget-r11_acdc val {job} bilinear fullsup")
+        test = calls.index(f"score gate-fullsup_acdc test {job} fullsup nearest")
+        assert train < val < test
+    rows = _rows(tmp_path / "out")
+    assert {r["model"] for r in rows[f"{PLAN11}/dice_val.csv"]} == set(jobs11)
+    assert {r["model"] for r in rows[f"{GATE}/dice_test.csv"]} == set(jobs11)
+    assert len(rows[f"{PLAN11}/curves_gpu.csv"]) == 5 and len(rows[f"{PLAN10}/curves_gpu.csv"]) == 5
+    for plan, set_name in ((PLAN11, "it5000_gpu"), (GATE, "grid192_it5000_gpu")):  # the models the reading keys on
+        with (REPO / plan / "models.csv").open() as f:
+            listed = {r["model"]: r["run_dir"] for r in csv.DictReader(f) if r["set"] == set_name}
+        assert listed == {  # the driver's run folder: f<fold>_<recipe>_L<labeled>_d<draw>_s<seed> under its --out
+            job: f"train-r11/f{k}/runs/f{k}_batch20_grid192_it5000_gpu_Lfull_d0_s0" for k, job in enumerate(jobs11)
+        }
+
+
+GATES = Path("docs/results/gate-random_acdc/gpu_jobs.sh")
+GATE_RANDOM = "docs/results/gate-random_acdc"
+
+
+def test_the_random_gates_run_twenty_jobs_each_with_its_draw_and_return_both_splits(tmp_path):
+    root = _checkout(tmp_path)
+    (root / GATES).parent.mkdir(parents=True)
+    shutil.copy(REPO / GATES, root / GATES)
+    proc = _call(tmp_path, 60, str(GATES), SLOTS="8")
+    assert proc.returncode == 0, proc.stderr
+    with (REPO / GATE_RANDOM / "models.csv").open() as f:
+        listed = [r for r in csv.DictReader(f)]
+    cpu = [r for r in listed if r["set"] in ("L1", "L2")]
+    gpu = {r["model"]: r for r in listed if r["set"] in ("L1_gpu", "L2_gpu")}
+    started = [line.split(":")[0] for line in proc.stdout.splitlines() if line.endswith("Z)")]
+    assert started == ["rgg_" + r["model"].removeprefix("rg_") for r in cpu]  # the CPU set's models, in its order
+    calls = _calls(tmp_path)
+    for job in started:
+        fold, labeled, draw = job.split("_f")[1][0], job.split("_L")[1][0], job[-1]
+        assert gpu[job]["set"] == f"L{labeled}_gpu" and gpu[job]["fold"] == fold
+        # the driver's run folder, f<fold>_<recipe>_L<labeled>_d<draw>_s<seed>, under the job's own --out
+        out = job.removeprefix("rgg_")
+        assert gpu[job]["run_dir"] == f"train-rg/{out}/runs/f{fold}_fewlabel_gpu_L{labeled}_d{draw}_s0"
+        train = calls.index(f"train {fold} 1500 cuda fewlabel_gpu L{labeled} d{draw} {out}")
+        val = calls.index(f"score gate-random_acdc val {job} bilinear")
+        test = calls.index(f"score gate-random_acdc test {job} bilinear")
+        assert train < val < test
+    rows = _rows(tmp_path / "out")
+    for split in ("val", "test"):
+        assert {r["model"] for r in rows[f"{GATE_RANDOM}/dice_{split}.csv"]} == set(started)
+    assert len(rows[f"{GATE_RANDOM}/curves_gpu.csv"]) == 20
 
 
 def test_a_round_whose_packing_fails_returns_nothing_and_the_others_still_come_back(tmp_path):

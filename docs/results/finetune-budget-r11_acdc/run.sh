@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Round 11 (README.md here): full supervision with the chosen recipe (batch 20, 192 x 192, channels-last) over a
-# cosine of 5000 iterations instead of 2500, folds 0-4, in the precision round 9 chose; the 2500-iteration arm is
+# cosine of 5000 iterations instead of 2500, folds 0-4, in float32 (amendment 1); the 2500-iteration arm is
 # round 8's. Each run is scored as soon as it has trained: its fold's validation patients into this folder and,
 # sealed, the test patients into the full-supervision gate's folder. Run from a checkout at a fixed commit (a
 # worktree ft53r11, its parent folder RUNS_ROOT), one or two streams side by side:
-#   AMP=<the amendment's> DATA=../shared/data OUT=docs/results/finetune-budget-r11_acdc bash docs/results/finetune-budget-r11_acdc/run.sh NAME
+#   AMP=False DATA=../shared/data OUT=docs/results/finetune-budget-r11_acdc bash docs/results/finetune-budget-r11_acdc/run.sh NAME
 # Resumable (benchmarks/queue.sh): finished runs are skipped, an interrupted one continues from its last checkpoint
 # (every 50 iterations), a run not yet scored is scored.
 set -euo pipefail

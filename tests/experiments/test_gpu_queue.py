@@ -46,13 +46,14 @@ elif module == "benchmarks.finetune_curves":
     log(f"train {{fold}} {{value('--iterations')}} {{value('--device')}} {{value('--recipe')}}{{drawn}}")
     active = os.environ["CALLS"] + ".active"
     os.makedirs(active, exist_ok=True)
-    open(os.path.join(active, fold), "w").close()
+    marker = os.path.join(active, value("--out").replace(os.sep, "_"))  # one a run: a fold may have several
+    open(marker, "w").close()
     with open(os.environ["CALLS"] + ".peak", "a") as f:  # the trainings running when this one started
         f.write(f"{{fold}} {{len(os.listdir(active))}}\\n")
     time.sleep(float(os.environ.get("TRAIN_SECONDS", "0")))
     while os.path.exists(os.environ["HOLD"] + fold):
         time.sleep(0.1)
-    os.remove(os.path.join(active, fold))
+    os.remove(marker)
     failed = os.environ["FAIL"] + fold
     if os.path.exists(failed):
         os.remove(failed)
@@ -86,10 +87,11 @@ def _rows(out: Path) -> dict[str, list[dict]]:
         }
 
 
-def _checkout(tmp_path: Path) -> Path:
-    """The queue and round 8's jobs in a copy of the folders they write to, and the stand-in on the PATH."""
+def _checkout(tmp_path: Path, *rounds: Path) -> Path:
+    """The queue, round 8's jobs and those of ``rounds`` in a copy of the folders they write to, and the stand-in on
+    the PATH."""
     root = tmp_path / "checkout"
-    for path in (QUEUE, ROUND_JOBS, ROUND8):
+    for path in (QUEUE, ROUND_JOBS, ROUND8, *rounds):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / path, root / path)
     (root / GATE).mkdir(parents=True)
@@ -114,7 +116,10 @@ def _call(tmp_path: Path, seconds: int, *rounds: str, **env_vars: str) -> subpro
         **env_vars,
     )
     cmd = ["bash", str(QUEUE), str(seconds), *(rounds or [str(ROUND8)])]
-    return subprocess.run(cmd, cwd=tmp_path / "checkout", env=env, capture_output=True, text=True, timeout=120)
+    # the queue's wait, then its packing: a bound that fails a hung call, not a slow machine
+    return subprocess.run(
+        cmd, cwd=tmp_path / "checkout", env=env, capture_output=True, text=True, timeout=seconds + 120
+    )
 
 
 def _calls(tmp_path: Path) -> list[str]:
@@ -282,9 +287,7 @@ PLAN10 = "docs/results/finetune-width-r10_acdc"
 
 
 def test_round_10_runs_after_round_8_and_returns_its_own_rows(tmp_path):
-    root = _checkout(tmp_path)
-    (root / ROUND10).parent.mkdir(parents=True)
-    shutil.copy(REPO / ROUND10, root / ROUND10)
+    _checkout(tmp_path, ROUND10)
     proc = _call(tmp_path, 60, str(ROUND8), str(ROUND10))
     assert proc.returncode == 0, proc.stderr
     started = [line.split(":")[0] for line in proc.stdout.splitlines() if line.endswith("Z)")]
@@ -307,10 +310,7 @@ PLAN11 = "docs/results/finetune-budget-r11_acdc"
 
 
 def test_round_11_runs_before_round_10_scores_test_in_the_gate_and_names_the_listed_models(tmp_path):
-    root = _checkout(tmp_path)
-    for path in (ROUND11, ROUND10):
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / path, root / path)
+    _checkout(tmp_path, ROUND11, ROUND10)
     proc = _call(tmp_path, 60, str(ROUND11), str(ROUND10))
     assert proc.returncode == 0, proc.stderr
     started = [line.split(":")[0] for line in proc.stdout.splitlines() if line.endswith("Z)")]
@@ -339,9 +339,7 @@ GATE_RANDOM = "docs/results/gate-random_acdc"
 
 
 def test_the_random_gates_run_twenty_jobs_each_with_its_draw_and_return_both_splits(tmp_path):
-    root = _checkout(tmp_path)
-    (root / GATES).parent.mkdir(parents=True)
-    shutil.copy(REPO / GATES, root / GATES)
+    _checkout(tmp_path, GATES)
     proc = _call(tmp_path, 60, str(GATES), SLOTS="8")
     assert proc.returncode == 0, proc.stderr
     with (REPO / GATE_RANDOM / "models.csv").open() as f:

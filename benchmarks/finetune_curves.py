@@ -104,9 +104,16 @@ def epoch_times(log: str) -> dict[int, tuple[float, float]]:
 
 def times(out: Path) -> Path:
     """``<out>/times.csv`` from every run's ``log.txt``: one row per completed epoch, with its iterations (the run's
-    ``--iterations_per_epoch``) and the training seconds per iteration (the epoch without its validation)."""
+    ``--iterations_per_epoch``) and the training seconds per iteration (the epoch without its validation). The rows
+    of a run whose log is not here (a run of a machine since replaced, its rows committed) are kept as they are."""
+    target = out / "times.csv"
+    logs = sorted(out.glob("runs/*/log.txt"))
+    logged = {log.parent.name for log in logs}
     rows = []
-    for log in sorted(out.glob("runs/*/log.txt")):
+    if target.is_file():
+        with target.open() as f:
+            rows = [r for r in csv.DictReader(f) if r["run"] not in logged]
+    for log in logs:
         command = json.loads((log.parent / "command.json").read_text())
         iterations = int(command[command.index("--iterations_per_epoch") + 1])
         for epoch, (seconds, validation) in epoch_times(log.read_text()).items():
@@ -115,12 +122,18 @@ def times(out: Path) -> Path:
                 "validation_seconds": round(validation, 1),
                 "seconds_per_iteration": round((seconds - validation) / iterations, 3),
             })  # fmt: skip
-    target = out / "times.csv"
+    rows.sort(key=lambda r: (r["run"], int(r["epoch"])))
     with target.open("w", newline="") as f:
         writer = csv.DictWriter(f, TIME_FIELDS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
     return target
+
+
+def run_name(fold: int | str, recipe: str, labeled: int | str, draw: int | str, seed: int | str) -> str:
+    """The folder under ``<out>/runs`` of a run: ``f<fold>_<recipe>_L<labeled>_d<draw>_s<seed>`` (the key of its
+    ``curves.csv`` rows)."""
+    return f"f{fold}_{recipe}_L{labeled}_d{draw}_s{seed}"
 
 
 def check_same_command(run: Path, command: list[str]) -> None:
@@ -240,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     if _done(out, key, validations):
         print(f"done already: {key}")
         return 0
-    run = out / "runs" / f"f{args.fold}_{args.recipe}_L{args.labeled}_d{args.draw}_s{args.seed}"
+    run = out / "runs" / run_name(**key)
     run.mkdir(parents=True, exist_ok=True)
     base = json.loads(Path(args.base_split).read_text().replace("$GCL_DATA_ROOT", os.path.abspath(args.data_root)))
     (run / "split.json").write_text(json.dumps(fold_split(base, args.folds, args.fold, args.pool, args.seed), indent=1))

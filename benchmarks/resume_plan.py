@@ -1,0 +1,219 @@
+"""
+A plan's CPU runs carried over to a new machine, and the rows of its finished runs brought back to main (issue 53's
+rounds and gates).
+
+A plan (``docs/results/<plan>``) runs from a git worktree at a fixed commit; the worktree's name is the first part of
+the ``run_dir`` of the plan's CPU models in ``models.csv`` (``<worktree>/docs/results/<plan>/runs/<run>``, relative
+to the runs root, the worktree's parent folder); a GPU set's ``run_dir`` lies elsewhere and is not a CPU job. The
+plan's queue (``benchmarks/queue.sh``) runs jobs ``0 .. N-1``, which are those CPU models in ``models.csv``'s order
+(each plan's tests check it: ``tests/experiments/test_gate_random.py``, ``tests/experiments/test_cpu_round_jobs.py``),
+and marks a job finished with ``runs/claims/<index>/done`` once it has trained and been scored.
+
+The models and logs of a run live only on the machine that ran it; what outlives the machine is what main holds, the
+rows. A job is finished in main when its model has rows in every ``dice_*.csv`` of main's plan folder (``collect``
+brings a job's rows to main only once its claim is ``done``, so a job is never half there).
+
+``prepare`` readies the worktree on this machine. A new one is added at the plan's commit, main's rows of the
+finished jobs are copied into it (``curves.csv``, ``times.csv``, ``dice_*.csv``, with any row of an unfinished job
+left out, so that job starts over and its rows are not mixed with the lost ones) and those jobs are marked ``done``,
+so that the queue skips them. A worktree that is already here (the machine outlived the session) is checked to stand
+at the commit and otherwise left as it is. ``collect`` gathers the worktree's ``times.csv`` from its runs' logs and
+writes the worktree's rows of every job now ``done`` into main's row files, in place of any rows main held of that
+run (a lost machine's unfinished try). It prints file names and row counts only, never a Dice: a plan's rows are read
+once, by its reading.
+
+Usage (from main's checkout)::
+
+    python -m benchmarks.resume_plan prepare docs/results/gate-random_acdc --commit f606f15 --runs-root /work
+    python -m benchmarks.resume_plan collect docs/results/gate-random_acdc --runs-root /work
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.finetune_curves import run_name, times
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A CPU job of a plan's queue: its index, its model in ``models.csv`` and its run folder's name."""
+
+    index: int
+    model: str
+    run: str
+
+
+def cpu_jobs(plan: Path) -> tuple[str, list[Job]]:
+    """The worktree's name and the CPU jobs of ``plan``, in ``models.csv``'s order.
+
+    Raises:
+        SystemExit: no CPU model in ``plan/models.csv``, or CPU models in more than one worktree.
+    """
+    with (plan / "models.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    jobs, worktrees = [], set()
+    for row in rows:
+        parts = Path(row.get("run_dir") or "").parts
+        if len(parts) == 6 and parts[1:5] == ("docs", "results", plan.name, "runs"):
+            worktrees.add(parts[0])
+            jobs.append(Job(len(jobs), row["model"], parts[5]))
+    if len(worktrees) != 1:
+        raise SystemExit(
+            f"{plan / 'models.csv'}: its CPU models must run in one worktree (<worktree>/docs/results/{plan.name}"
+            f"/runs/<run>); found {sorted(worktrees) or 'none'}"
+        )
+    return worktrees.pop(), jobs
+
+
+def row_files(folder: Path) -> list[Path]:
+    """The row files of a plan's folder that hold rows of its jobs."""
+    return [p for p in [folder / "curves.csv", folder / "times.csv", *sorted(folder.glob("dice_*.csv"))] if p.is_file()]
+
+
+def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with path.open() as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def _write(path: Path, fields: list[str], rows: list[dict[str, str]]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def row_run(row: dict[str, str], jobs: list[Job]) -> str | None:
+    """The run folder a row belongs to: by ``model`` (``dice_*.csv``), ``run`` (``times.csv``) or the run's key
+    (``curves.csv``); ``None`` for a row of no CPU job (a GPU set's, a model scored under another plan)."""
+    if "model" in row:
+        return next((job.run for job in jobs if job.model == row["model"]), None)
+    if "run" in row:
+        return row["run"]
+    return run_name(row["fold"], row["recipe"], row["labeled"], row["draw"], row["seed"])
+
+
+def finished_in_main(plan: Path, jobs: list[Job]) -> list[Job]:
+    """The jobs whose model has rows in every ``dice_*.csv`` of ``plan`` (none where there is no such file)."""
+    scored = [{row["model"] for row in _read(path)[1]} for path in sorted(plan.glob("dice_*.csv"))]
+    return [job for job in jobs if scored and all(job.model in models for models in scored)]
+
+
+def _done(worktree_plan: Path, job: Job) -> bool:
+    return (worktree_plan / "runs" / "claims" / str(job.index) / "done").is_file()
+
+
+def prepare(plan: Path, commit: str, runs_root: Path, repo: Path = REPO) -> tuple[Path, list[Job]]:
+    """Readies ``runs_root/<worktree>`` for the plan's queue (the module's docstring); returns the worktree's plan
+    folder and the jobs marked finished.
+
+    Raises:
+        SystemExit: the worktree is here at another commit.
+    """
+    plan = plan.resolve()
+    name, jobs = cpu_jobs(plan)
+    worktree = runs_root / name
+    target = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", f"{commit}^{{commit}}"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    worktree_plan = worktree / plan.relative_to(repo)
+    if worktree.exists():
+        head = subprocess.run(
+            ["git", "-C", str(worktree), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        if head != target:
+            raise SystemExit(f"{worktree} stands at {head}, not at the plan's commit {target}: move it aside first")
+        return worktree_plan, [job for job in jobs if _done(worktree_plan, job)]
+    subprocess.run(
+        ["git", "-C", str(repo), "worktree", "add", "--detach", str(worktree), target], check=True, capture_output=True
+    )
+    finished = finished_in_main(plan, jobs)
+    runs = {job.run for job in jobs}
+    kept = {job.run for job in finished}
+    for path in row_files(plan):
+        fields, rows = _read(path)
+        _write(worktree_plan / path.name, fields, [r for r in rows if row_run(r, jobs) not in runs - kept])
+    for job in finished:
+        claim = worktree_plan / "runs" / "claims" / str(job.index)
+        claim.mkdir(parents=True, exist_ok=True)
+        (claim / "done").touch()
+    return worktree_plan, finished
+
+
+def merged(main_rows: list[dict], rows: list[dict], runs: set[str], jobs: list[Job]) -> list[dict]:
+    """Main's rows with those of each run in ``runs`` replaced by ``rows``' rows of that run (where ``rows`` has
+    any; in main's place, or appended for a run main lacks): a finished run's rows are the worktree's, and a row
+    that main holds of a lost, unfinished try of the same run goes."""
+    fresh: dict[str, list[dict]] = {}
+    for row in rows:
+        run = row_run(row, jobs)
+        if run in runs:
+            fresh.setdefault(run, []).append(row)
+    out, placed = [], set()
+    for row in main_rows:
+        run = row_run(row, jobs)
+        if run not in fresh:
+            out.append(row)
+        elif run not in placed:
+            out.extend(fresh[run])
+            placed.add(run)
+    return out + [row for run, group in fresh.items() if run not in placed for row in group]
+
+
+def collect(plan: Path, runs_root: Path, repo: Path = REPO) -> dict[str, int]:
+    """Main's row files of ``plan`` with the worktree's rows of every job whose claim is ``done`` (``merged``;
+    ``times.csv`` gathered first from the runs' logs). Returns, for each file, the rows main did not hold.
+
+    Raises:
+        SystemExit: a file whose columns differ between the worktree and main.
+    """
+    plan = plan.resolve()
+    name, jobs = cpu_jobs(plan)
+    worktree_plan = runs_root / name / plan.relative_to(repo)
+    if list(worktree_plan.glob("runs/*/log.txt")):
+        times(worktree_plan)
+    finished = {job.run for job in jobs if _done(worktree_plan, job)}
+    added = {}
+    for path in row_files(worktree_plan):
+        fields, rows = _read(path)
+        mine = plan / path.name
+        main_fields, main_rows = _read(mine) if mine.is_file() else (fields, [])
+        if main_fields != fields:
+            raise SystemExit(f"{path} has the columns {fields}, {mine} has {main_fields}: not merged")
+        result = merged(main_rows, rows, finished, jobs)
+        if result != main_rows:
+            _write(mine, fields, result)
+        added[path.name] = len({tuple(r.values()) for r in result} - {tuple(r.values()) for r in main_rows})
+    return added
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in ("prepare", "collect"):
+        p = sub.add_parser(command)
+        p.add_argument("plan", type=Path, help="main's plan folder, docs/results/<plan>")
+        p.add_argument("--runs-root", type=Path, default=REPO.parent, help="the worktree's parent folder")
+        if command == "prepare":
+            p.add_argument("--commit", required=True, help="the commit the plan's runs use (its README says it)")
+    args = parser.parse_args(argv)
+    if args.command == "prepare":
+        worktree_plan, finished = prepare(args.plan, args.commit, args.runs_root.resolve())
+        print(f"{worktree_plan}: jobs {[job.index for job in finished]} finished; the queue runs the others")
+    else:
+        for name, count in collect(args.plan, args.runs_root.resolve()).items():
+            print(f"{args.plan / name}: {count} rows added")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

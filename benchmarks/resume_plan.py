@@ -107,6 +107,14 @@ def finished_in_main(plan: Path, jobs: list[Job]) -> list[Job]:
     return [job for job in jobs if scored and all(job.model in models for models in scored)]
 
 
+def _git(where: Path, *args: str) -> str:
+    """``git -C where args``'s output; its message, with the command, when it fails."""
+    done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"git -C {where} {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
 def _done(worktree_plan: Path, job: Job) -> bool:
     return (worktree_plan / "runs" / "claims" / str(job.index) / "done").is_file()
 
@@ -116,26 +124,20 @@ def prepare(plan: Path, commit: str, runs_root: Path, repo: Path = REPO) -> tupl
     folder and the jobs marked finished.
 
     Raises:
-        SystemExit: the worktree is here at another commit.
+        SystemExit: the worktree is here at another commit, or git fails (an unknown commit: its message).
     """
     plan = plan.resolve()
     name, jobs = cpu_jobs(plan)
     worktree = runs_root / name
-    target = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--verify", f"{commit}^{{commit}}"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
+    target = _git(repo, "rev-parse", "--verify", f"{commit}^{{commit}}")
     worktree_plan = worktree / plan.relative_to(repo)
     if worktree.exists():
-        head = subprocess.run(
-            ["git", "-C", str(worktree), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
-        ).stdout.strip()
+        head = _git(worktree, "rev-parse", "HEAD")
         if head != target:
             raise SystemExit(f"{worktree} stands at {head}, not at the plan's commit {target}: move it aside first")
         return worktree_plan, [job for job in jobs if _done(worktree_plan, job)]
-    subprocess.run(
-        ["git", "-C", str(repo), "worktree", "add", "--detach", str(worktree), target], check=True, capture_output=True
-    )
+    _git(repo, "worktree", "add", "--detach", str(worktree), target)
+    worktree_plan.mkdir(parents=True, exist_ok=True)
     finished = finished_in_main(plan, jobs)
     runs = {job.run for job in jobs}
     kept = {job.run for job in finished}

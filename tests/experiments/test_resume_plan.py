@@ -78,6 +78,9 @@ def test_cpu_jobs_are_the_models_in_the_plans_worktree_in_order(checkout):
 def test_prepare_skips_the_jobs_main_holds_and_starts_the_others_without_their_lost_rows(checkout):
     repo, plan, commit, root = checkout
     root.mkdir()
+    with pytest.raises(SystemExit, match="rev-parse --verify 0000000"):
+        prepare(plan, "0000000", root, repo=repo)
+    assert not (root / "wt").exists()
     wt_plan, finished = prepare(plan, commit[:7], root, repo=repo)
     assert wt_plan == root / "wt" / "docs" / "results" / "gate"
     assert _git(root / "wt", "rev-parse", "HEAD") == commit

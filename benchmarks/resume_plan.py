@@ -78,15 +78,19 @@ def row_files(folder: Path) -> list[Path]:
     return [p for p in [folder / "curves.csv", folder / "times.csv", *sorted(folder.glob("dice_*.csv"))] if p.is_file()]
 
 
-def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    with path.open() as f:
+def _read(path: Path) -> tuple[list[str], list[dict[str, str]], str]:
+    """A row file's columns, rows and line ending (``curves.csv`` is written with the csv module's ``\\r\\n``, the
+    other row files with ``\\n``: each is written back with its own)."""
+    with path.open(newline="") as f:
+        ending = "\r\n" if f.readline().endswith("\r\n") else "\n"
+        f.seek(0)
         reader = csv.DictReader(f)
-        return list(reader.fieldnames or []), list(reader)
+        return list(reader.fieldnames or []), list(reader), ending
 
 
-def _write(path: Path, fields: list[str], rows: list[dict[str, str]]) -> None:
+def _write(path: Path, fields: list[str], rows: list[dict[str, str]], ending: str) -> None:
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fields, lineterminator="\n")
+        writer = csv.DictWriter(f, fields, lineterminator=ending)
         writer.writeheader()
         writer.writerows(rows)
 
@@ -142,8 +146,8 @@ def prepare(plan: Path, commit: str, runs_root: Path, repo: Path = REPO) -> tupl
     runs = {job.run for job in jobs}
     kept = {job.run for job in finished}
     for path in row_files(plan):
-        fields, rows = _read(path)
-        _write(worktree_plan / path.name, fields, [r for r in rows if row_run(r, jobs) not in runs - kept])
+        fields, rows, ending = _read(path)
+        _write(worktree_plan / path.name, fields, [r for r in rows if row_run(r, jobs) not in runs - kept], ending)
     for job in finished:
         claim = worktree_plan / "runs" / "claims" / str(job.index)
         claim.mkdir(parents=True, exist_ok=True)
@@ -186,14 +190,14 @@ def collect(plan: Path, runs_root: Path, repo: Path = REPO) -> dict[str, int]:
     finished = {job.run for job in jobs if _done(worktree_plan, job)}
     added = {}
     for path in row_files(worktree_plan):
-        fields, rows = _read(path)
+        fields, rows, ending = _read(path)
         mine = plan / path.name
-        main_fields, main_rows = _read(mine) if mine.is_file() else (fields, [])
+        main_fields, main_rows, ending = _read(mine) if mine.is_file() else (fields, [], ending)
         if main_fields != fields:
             raise SystemExit(f"{path} has the columns {fields}, {mine} has {main_fields}: not merged")
         result = merged(main_rows, rows, finished, jobs)
         if result != main_rows:
-            _write(mine, fields, result)
+            _write(mine, fields, result, ending)
         added[path.name] = len({tuple(r.values()) for r in result} - {tuple(r.values()) for r in main_rows})
     return added
 

@@ -18,9 +18,9 @@ TIME_FIELDS = ["run", "epoch", "iterations", "seconds", "validation_seconds", "s
 DICE_FIELDS = ["model", "scoring", "dice"]
 
 
-def _write(path, fields, rows):
+def _write(path, fields, rows, ending="\n"):
     with path.open("w", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")
+        writer = csv.writer(f, lineterminator=ending)
         writer.writerow(fields)
         writer.writerows(rows)
 
@@ -55,7 +55,8 @@ def checkout(tmp_path):
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "plan")
     commit = _git(repo, "rev-parse", "HEAD")
-    _write(plan / "curves.csv", CURVE_FIELDS, [_curve(RUNS[0], 250, "0.5"), _curve(RUNS[0], 500, "0.6")])
+    curves = [_curve(RUNS[0], 250, "0.5"), _curve(RUNS[0], 500, "0.6")]
+    _write(plan / "curves.csv", CURVE_FIELDS, curves, ending="\r\n")  # as the driver writes it: the csv module's
     _write(
         plan / "times.csv",
         TIME_FIELDS,
@@ -87,7 +88,7 @@ def test_prepare_skips_the_jobs_main_holds_and_starts_the_others_without_their_l
     assert finished == [Job(0, "m0", RUNS[0])]  # m1 has no validation row: not finished
     claims = wt_plan / "runs" / "claims"
     assert sorted(p.name for p in claims.iterdir()) == ["0"] and (claims / "0" / "done").is_file()
-    assert _rows(wt_plan / "curves.csv") == _rows(plan / "curves.csv")
+    assert (wt_plan / "curves.csv").read_bytes() == (plan / "curves.csv").read_bytes()  # its line endings too
     assert _rows(wt_plan / "times.csv") == [[RUNS[0], "1", "50", "100.0", "0.0", "2.0"]]  # job 1's lost try gone
     assert _rows(wt_plan / "dice_val.csv") == [["m0", "bilinear", "0.5"], ["g0", "bilinear", "0.4"]]  # GPU row kept
     assert _rows(wt_plan / "dice_test.csv") == [["m0", "bilinear", "0.55"]]
@@ -120,20 +121,21 @@ def test_collect_brings_back_finished_jobs_only_in_place_of_a_lost_try(checkout)
     log = _log_line("SemiSupervisedTrainer", 1, "00:01:15.000")
     log += _log_line("SupervisedEvaluator", 1, "00:00:05.000") + _log_line("SemiSupervisedTrainer", 2, "00:01:20.000")
     (run / "log.txt").write_text(log)
-    with (wt_plan / "curves.csv").open("a") as f:
-        csv.writer(f, lineterminator="\n").writerow(_curve(RUNS[1], 100, "0.7"))
+    with (wt_plan / "curves.csv").open("a", newline="") as f:
+        csv.writer(f, lineterminator="\r\n").writerow(_curve(RUNS[1], 100, "0.7"))
     for split, dice in (("val", "0.61"), ("test", "0.62")):
         with (wt_plan / f"dice_{split}.csv").open("a") as f:
             csv.writer(f, lineterminator="\n").writerows([["m1", "bilinear", dice], ["m2", "bilinear", "0.9"]])
 
-    before = {p.name: p.read_text() for p in plan.glob("*.csv")}
+    before = {p.name: p.read_bytes() for p in plan.glob("*.csv")}
     assert collect(plan, root, repo=repo) == {"curves.csv": 0, "times.csv": 0, "dice_test.csv": 0, "dice_val.csv": 0}
-    assert {p.name: p.read_text() for p in plan.glob("*.csv")} == before  # job 1 is not done yet: nothing moves
+    assert {p.name: p.read_bytes() for p in plan.glob("*.csv")} == before  # job 1 is not done yet: nothing moves
 
     (wt_plan / "runs" / "claims" / "1").mkdir()
     (wt_plan / "runs" / "claims" / "1" / "done").touch()
     assert collect(plan, root, repo=repo) == {"curves.csv": 1, "times.csv": 2, "dice_test.csv": 1, "dice_val.csv": 1}
     assert _rows(plan / "curves.csv")[-1] == _curve(RUNS[1], 100, "0.7")
+    assert (plan / "curves.csv").read_bytes().count(b"\r\n") == 4  # the header and 3 rows, each as it was
     # job 1's lost try (300 s) replaced in its place by this machine's epochs: 75 s, then (80 - 5) s
     assert _rows(plan / "times.csv") == [
         [RUNS[0], "1", "50", "100.0", "0.0", "2.0"],

@@ -55,7 +55,8 @@ def cpu_jobs(plan: Path) -> tuple[str, list[Job]]:
     """The worktree's name and the CPU jobs of ``plan``, in ``models.csv``'s order.
 
     Raises:
-        SystemExit: no CPU model in ``plan/models.csv``, or CPU models in more than one worktree.
+        SystemExit: no CPU model in ``plan/models.csv``, CPU models in more than one worktree, or runs that another
+            plan lists as its models (``listed_elsewhere``).
     """
     with (plan / "models.csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -70,7 +71,27 @@ def cpu_jobs(plan: Path) -> tuple[str, list[Job]]:
             f"{plan / 'models.csv'}: its CPU models must run in one worktree (<worktree>/docs/results/{plan.name}"
             f"/runs/<run>); found {sorted(worktrees) or 'none'}"
         )
+    elsewhere = listed_elsewhere(plan)
+    if elsewhere:
+        raise SystemExit(
+            f"{plan.name}'s runs are also models of {[p.name for p in elsewhere]}: the rows its jobs score there are"
+            " not carried by this tool (carry that plan by hand)"
+        )
     return worktrees.pop(), jobs
+
+
+def listed_elsewhere(plan: Path) -> list[Path]:
+    """The other plan folders beside ``plan`` whose ``models.csv`` lists one of ``plan``'s runs (as the
+    full-supervision gate lists round 11's, which score their test rows there)."""
+    inside = ("docs", "results", plan.name, "runs")
+    found = []
+    for other in sorted(plan.parent.glob("*/models.csv")):
+        if other.parent == plan:
+            continue
+        with other.open() as f:
+            if any(Path(row.get("run_dir") or "").parts[1:5] == inside for row in csv.DictReader(f)):
+                found.append(other.parent)
+    return found
 
 
 def row_files(folder: Path) -> list[Path]:

@@ -74,6 +74,13 @@ def test_cpu_jobs_are_the_models_in_the_plans_worktree_in_order(checkout):
     _write(plan / "models.csv", ["model", "set", "run_dir"], two)
     with pytest.raises(SystemExit, match="one worktree"):
         cpu_jobs(plan)
+    _write(plan / "models.csv", ["model", "set", "run_dir"], two[:1])
+    assert cpu_jobs(plan) == ("wt", [Job(0, "a", "x")])
+    gate = plan.parent / "gate-fullsup"  # another plan scores this plan's run: its rows there would not be carried
+    gate.mkdir()
+    _write(gate / "models.csv", ["model", "set", "run_dir"], [["a", "it5000", "wt/docs/results/gate/runs/x"]])
+    with pytest.raises(SystemExit, match=r"also models of \['gate-fullsup'\]"):
+        cpu_jobs(plan)
 
 
 def test_prepare_skips_the_jobs_main_holds_and_starts_the_others_without_their_lost_rows(checkout):

@@ -116,11 +116,12 @@ def _write(path: Path, fields: list[str], rows: list[dict[str, str]], ending: st
         writer.writerows(rows)
 
 
-def row_run(row: dict[str, str], jobs: list[Job]) -> str | None:
-    """The run folder a row belongs to: by ``model`` (``dice_*.csv``), ``run`` (``times.csv``) or the run's key
-    (``curves.csv``); ``None`` for a row of no CPU job (a GPU set's, a model scored under another plan)."""
+def row_run(row: dict[str, str], runs: dict[str, str]) -> str | None:
+    """The run folder a row belongs to: by ``model`` (``dice_*.csv``; ``runs`` maps each CPU job's model to its run
+    folder), ``run`` (``times.csv``) or the run's key (``curves.csv``); ``None`` for a row of no CPU job (a GPU
+    set's, a model scored under another plan)."""
     if "model" in row:
-        return next((job.run for job in jobs if job.model == row["model"]), None)
+        return runs.get(row["model"])
     if "run" in row:
         return row["run"]
     return run_name(row["fold"], row["recipe"], row["labeled"], row["draw"], row["seed"])
@@ -164,11 +165,11 @@ def prepare(plan: Path, commit: str, runs_root: Path, repo: Path = REPO) -> tupl
     _git(repo, "worktree", "add", "--detach", str(worktree), target)
     worktree_plan.mkdir(parents=True, exist_ok=True)
     finished = finished_in_main(plan, jobs)
-    runs = {job.run for job in jobs}
-    kept = {job.run for job in finished}
+    by_model = {job.model: job.run for job in jobs}
+    unfinished = set(by_model.values()) - {job.run for job in finished}
     for path in row_files(plan):
         fields, rows, ending = _read(path)
-        _write(worktree_plan / path.name, fields, [r for r in rows if row_run(r, jobs) not in runs - kept], ending)
+        _write(worktree_plan / path.name, fields, [r for r in rows if row_run(r, by_model) not in unfinished], ending)
     for job in finished:
         claim = worktree_plan / "runs" / "claims" / str(job.index)
         claim.mkdir(parents=True, exist_ok=True)
@@ -180,14 +181,15 @@ def merged(main_rows: list[dict], rows: list[dict], runs: set[str], jobs: list[J
     """Main's rows with those of each run in ``runs`` replaced by ``rows``' rows of that run (where ``rows`` has
     any; in main's place, or appended for a run main lacks): a finished run's rows are the worktree's, and a row
     that main holds of a lost, unfinished try of the same run goes."""
+    by_model = {job.model: job.run for job in jobs}
     fresh: dict[str, list[dict]] = {}
     for row in rows:
-        run = row_run(row, jobs)
+        run = row_run(row, by_model)
         if run in runs:
             fresh.setdefault(run, []).append(row)
     out, placed = [], set()
     for row in main_rows:
-        run = row_run(row, jobs)
+        run = row_run(row, by_model)
         if run not in fresh:
             out.append(row)
         elif run not in placed:

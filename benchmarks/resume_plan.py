@@ -165,7 +165,7 @@ def prepare(plan: Path, commit: str, runs_root: Path, repo: Path = REPO) -> tupl
     _git(repo, "worktree", "add", "--detach", str(worktree), target)
     worktree_plan.mkdir(parents=True, exist_ok=True)
     finished = finished_in_main(plan, jobs)
-    by_model = {job.model: job.run for job in jobs}
+    by_model = model_runs(jobs)
     unfinished = set(by_model.values()) - {job.run for job in finished}
     for path in row_files(plan):
         fields, rows, ending = _read(path)
@@ -177,11 +177,16 @@ def prepare(plan: Path, commit: str, runs_root: Path, repo: Path = REPO) -> tupl
     return worktree_plan, finished
 
 
-def merged(main_rows: list[dict], rows: list[dict], runs: set[str], jobs: list[Job]) -> list[dict]:
+def model_runs(jobs: list[Job]) -> dict[str, str]:
+    """Each job's model mapped to its run folder (``row_run``'s ``runs``)."""
+    return {job.model: job.run for job in jobs}
+
+
+def merged(main_rows: list[dict], rows: list[dict], runs: set[str], by_model: dict[str, str]) -> list[dict]:
     """Main's rows with those of each run in ``runs`` replaced by ``rows``' rows of that run (where ``rows`` has
     any; in main's place, or appended for a run main lacks): a finished run's rows are the worktree's, and a row
-    that main holds of a lost, unfinished try of the same run goes."""
-    by_model = {job.model: job.run for job in jobs}
+    that main holds of a lost, unfinished try of the same run goes. ``by_model``: ``model_runs`` of the plan's
+    jobs."""
     fresh: dict[str, list[dict]] = {}
     for row in rows:
         run = row_run(row, by_model)
@@ -211,6 +216,7 @@ def collect(plan: Path, runs_root: Path, repo: Path = REPO) -> dict[str, int]:
     if list(worktree_plan.glob("runs/*/log.txt")):
         times(worktree_plan)
     finished = {job.run for job in jobs if _done(worktree_plan, job)}
+    by_model = model_runs(jobs)
     added = {}
     for path in row_files(worktree_plan):
         fields, rows, ending = _read(path)
@@ -218,7 +224,7 @@ def collect(plan: Path, runs_root: Path, repo: Path = REPO) -> dict[str, int]:
         main_fields, main_rows, ending = _read(mine) if mine.is_file() else (fields, [], ending)
         if main_fields != fields:
             raise SystemExit(f"{path} has the columns {fields}, {mine} has {main_fields}: not merged")
-        result = merged(main_rows, rows, finished, jobs)
+        result = merged(main_rows, rows, finished, by_model)
         if result != main_rows:
             _write(mine, fields, result, ending)
         added[path.name] = len({tuple(r.values()) for r in result} - {tuple(r.values()) for r in main_rows})

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from benchmarks.finetune_curves import times
-from benchmarks.resume_plan import Job, collect, cpu_jobs, merged, prepare
+from benchmarks.resume_plan import Job, collect, cpu_jobs, merged, model_runs, prepare
 
 RUNS = ["f0_fewlabel_L2_d0_s0", "f0_fewlabel_L2_d1_s0", "f1_fewlabel_L2_d0_s0"]
 MODELS = ["m0", "m1", "m2"]
@@ -162,11 +162,17 @@ def test_merged_replaces_a_runs_rows_in_place_and_appends_a_new_run():
     jobs = [Job(0, "a", "ra"), Job(1, "b", "rb"), Job(2, "c", "rc")]
     main_rows = [{"run": "ra", "e": "1"}, {"run": "x", "e": "1"}, {"run": "ra", "e": "2"}, {"run": "rb", "e": "9"}]
     rows = [{"run": "rc", "e": "1"}, {"run": "ra", "e": "1"}, {"run": "ra", "e": "3"}, {"run": "rb", "e": "5"}]
-    assert merged(main_rows, rows, {"ra", "rc"}, jobs) == [
+    by_model = model_runs(jobs)
+    assert by_model == {"a": "ra", "b": "rb", "c": "rc"}
+    assert merged(main_rows, rows, {"ra", "rc"}, by_model) == [
         {"run": "ra", "e": "1"}, {"run": "ra", "e": "3"}, {"run": "x", "e": "1"}, {"run": "rb", "e": "9"},
         {"run": "rc", "e": "1"},
     ]  # fmt: skip
-    assert merged(main_rows, [], {"ra"}, jobs) == main_rows  # no row of it here: main's are kept
+    assert merged(main_rows, [], {"ra"}, by_model) == main_rows  # no row of it here: main's are kept
+    dice = [{"model": "a", "dice": "0.1"}, {"model": "g", "dice": "0.2"}]  # "g": no CPU job's model, kept
+    assert merged(dice, [{"model": "a", "dice": "0.3"}], {"ra"}, by_model) == [
+        {"model": "a", "dice": "0.3"}, {"model": "g", "dice": "0.2"},
+    ]  # fmt: skip
 
 
 def test_times_keeps_the_rows_of_runs_whose_logs_are_gone(tmp_path):

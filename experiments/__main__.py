@@ -368,8 +368,9 @@ def main_protocol(argv: Sequence[str]) -> int:
         default="protocol",
         help="the registered comparisons: protocol (docs/protocol.md, L = 2 primary), protocol-L1 (L = 1 primary, "
         "when stage B makes it so), protocol-original (as first registered, before amendment 5), gpu-replication "
-        "(docs/protocol_gpu.md: without the positive control) or gpu-seeds (docs/protocol_gpu_seeds.md: the same "
-        "comparisons on seeds 3 to 14)",
+        "(docs/protocol_gpu.md: without the positive control), gpu-seeds (docs/protocol_gpu_seeds.md: the same "
+        "comparisons on seeds 3 to 14) or converged (docs/protocol_converged.md: protocol's comparisons with the "
+        "few-label recipe, preset cpu-converged)",
     )
     parser.add_argument(
         "--with",

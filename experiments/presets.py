@@ -318,8 +318,28 @@ CPU_PROTOCOL_PROSTATE = CPU_PROTOCOL.replace(
     name="cpu-protocol-prostate", common={"num_pretrain": 13, "num_val": 6, "num_test": 8}
 )
 
+#: docs/protocol_converged.md (amendment 4): the protocol's design at L = 2 with the few-label recipe of the bundles
+#: (``configs/recipes/finetune_fewlabel.json``: batch 20, Adam 1e-3, cosine over 1500 iterations validated every 250
+#: with the best kept, the ``bilinear`` export without mirroring), in 50-iteration epochs as the random gates ran it
+#: (docs/results/gate-random_acdc), channels-last float32
+CPU_CONVERGED = CPU_PROTOCOL.replace(
+    name="cpu-converged",
+    num_labeled=(2,),
+    finetune={
+        "batch_size": 20,
+        "lr": 1e-3,
+        "epochs": 30,
+        "iterations_per_epoch": 50,
+        "val_interval": 5,
+        "pred_interp": "bilinear",
+        "mirror_axes": [],
+        "channels_last": True,
+    },
+)
+
 PRESETS: dict[str, Preset] = {
-    p.name: p for p in (CPU_MINI, CPU_ABLATION, CPU_SEMI, CPU_PROTOCOL, CPU_PROTOCOL_PROSTATE, PAPER, PAPER_SEMI)
+    p.name: p
+    for p in (CPU_MINI, CPU_ABLATION, CPU_SEMI, CPU_PROTOCOL, CPU_PROTOCOL_PROSTATE, CPU_CONVERGED, PAPER, PAPER_SEMI)
 }
 
 

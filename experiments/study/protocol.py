@@ -6,8 +6,9 @@ Holm-corrected; "resolved" only for what survives the correction.
 A registration names the document that registers an analysis and its comparisons: ``protocol`` (docs/protocol.md,
 L = 2 primary), ``protocol-L1`` (the same at L = 1, when stage B makes L = 1 primary), ``protocol-original`` (as
 first registered, before amendment 5: the analyses made before it), ``gpu-replication`` (docs/protocol_gpu.md: new
-pre-training seeds of the GPU sessions' comparison, without the positive control) or ``gpu-seeds``
-(docs/protocol_gpu_seeds.md: the same comparisons on seeds 3 to 14).
+pre-training seeds of the GPU sessions' comparison, without the positive control), ``gpu-seeds``
+(docs/protocol_gpu_seeds.md: the same comparisons on seeds 3 to 14) or ``converged`` (docs/protocol_converged.md:
+``protocol``'s comparisons over the few-label recipe, the preset ``cpu-converged``).
 
 The ``encoder`` scope analyses an experiment with one pre-training seed per method (an exploratory run, such as a
 GPU session's) in the same families: paired t-intervals over the draws of those encoders
@@ -129,6 +130,7 @@ REGISTRATIONS = {
     "protocol-original": Registration("docs/protocol.md as first registered", ORIGINAL_PROTOCOL_COMPARISONS),
     "gpu-replication": Registration("docs/protocol_gpu.md", REPLICATION_COMPARISONS),
     "gpu-seeds": Registration("docs/protocol_gpu_seeds.md", REPLICATION_COMPARISONS),
+    "converged": Registration("docs/protocol_converged.md", PROTOCOL_COMPARISONS),
 }
 
 

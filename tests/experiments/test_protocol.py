@@ -369,6 +369,35 @@ def test_every_registration_names_a_document_of_the_repository():
     assert REGISTRATIONS["gpu-seeds"].comparisons == REGISTRATIONS["gpu-replication"].comparisons
 
 
+def test_the_converged_preset_is_the_protocols_design_with_the_few_label_recipe(tmp_path):
+    """docs/protocol_converged.md, amendment 4: cpu-protocol's methods, seeds, draws, split and pre-training at L = 2,
+    fine-tuned as ``recipes/finetune_fewlabel.json`` says (the same budget, validation interval, batch, learning
+    rate and export, in 50-iteration epochs), the export reaching every evaluation, the original-label test set
+    planned with ``input_grid``: 8 x (1 + 3 x 3) = 80 fine-tuning cells."""
+    from experiments.bundles import default_bundle_dir
+
+    protocol, converged = get_preset("cpu-protocol"), get_preset("cpu-converged")
+    same = ("methods", "repeats", "pretrain_seeds", "pretrain", "common")
+    assert all(getattr(converged, f) == getattr(protocol, f) for f in same) and converged.num_labeled == (2,)
+    recipe = json.loads((default_bundle_dir() / "gcl_acdc/configs/recipes/finetune_fewlabel.json").read_text())
+    tuned = converged.finetune
+    per_epoch, recipe_per_epoch = tuned["iterations_per_epoch"], recipe["iterations_per_epoch"]
+    assert tuned["epochs"] * per_epoch == recipe["epochs"] * recipe_per_epoch == 1500
+    assert tuned["val_interval"] * per_epoch == recipe["val_interval"] * recipe_per_epoch == 250
+    assert all(tuned[k] == recipe[k] for k in ("batch_size", "lr", "pred_interp", "mirror_axes"))
+    assert tuned["labeled_pool"] == "train+pretrain" and tuned["channels_last"] is True
+
+    experiment = Experiment("c", "acdc", converged, results_dir=tmp_path, input_grid=True)
+    _, finetune = plan_cells(experiment)
+    assert len(finetune) == 80 and {c.num_labeled for c in finetune} == {2}
+    cell = next(c for c in finetune if c.method == "gcl" and c.pretrain_seed == 2)
+    assert cell.train_overrides["batch_size"] == 20 and cell.train_overrides["epochs"] == 30
+    assert set(cell.eval_overrides) == {"test", "test_input", "val_input"}
+    for evaluation in cell.eval_overrides.values():
+        assert evaluation["pred_interp"] == "bilinear" and evaluation["mirror_axes"] == []
+    assert cell.eval_overrides["test_input"]["dice_grid"] == "input"
+
+
 def test_the_prostate_preset_keeps_the_design_and_changes_the_split():
     """docs/protocol_prostate.md: the 31 cases as 13 pre-training + 4 pool + 6 validation + 8 test; methods, seeds,
     draws and fine-tuning as the ACDC protocol's."""

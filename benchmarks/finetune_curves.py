@@ -182,27 +182,38 @@ def read_curves(outs: list[Path]) -> dict[tuple[str, str], list[tuple[int, float
     return {key: sorted(points) for key, points in curves.items()}
 
 
+#: issue 53's gates on the test patients, by the runs' labelled patients: full supervision, random initialisation
+#: at L = 1 and 2 (Table 1's random row)
+GATES = {"full": 0.90, "1": 0.60, "2": 0.68}
+
+
+def labelled(run: str) -> str:
+    """The labelled patients of a run named as :func:`read_curves` names it (``full`` or L)."""
+    return run.split(" L=", 1)[1].split(" ", 1)[0]
+
+
 def plot(outs: list[Path], target: Path) -> Path:
     """
     Validation Dice against iterations of every run in ``outs`` (rounds of this driver), one panel for full supervision
-    and one for the L draws (only those with runs), each with its gate (issue 53: full supervision 0.90; random
-    initialisation 0.68 at L = 2), so that a plateau below a gate is seen as such.
+    and one for each L with runs, each with its gate where issue 53 sets one (:data:`GATES`), so that a plateau
+    below a gate is seen as such.
     """
     from matplotlib.figure import Figure
 
     from gcl_monai.utils import save_figure
 
     curves = read_curves(outs)
-    kinds = {key: "full" if " L=full " in key[1] else "few" for key in curves}
-    shown = [name for name in ("full", "few") if name in kinds.values()]
+    kinds = {key: labelled(key[1]) for key in curves}
+    shown = sorted(set(kinds.values()), key=lambda k: (k != "full", int(k) if k.isdigit() else 0))
     fig = Figure(figsize=(6 * len(shown), 4.5), layout="constrained")
     panels = {name: fig.add_subplot(1, len(shown), i + 1) for i, name in enumerate(shown)}
     for (round_name, run), points in curves.items():
         ax = panels[kinds[round_name, run]]
         ax.plot(*zip(*points), marker="o", markersize=3, label=f"{round_name}: {run}")
     for name, ax in panels.items():
-        gate, title = (0.90, "full supervision") if name == "full" else (0.68, "few labels, random init.")
-        ax.axhline(gate, color="k", linestyle="--", linewidth=1, label=f"gate {gate:.2f}")
+        title = "full supervision" if name == "full" else f"L = {name}, random init."
+        if name in GATES:
+            ax.axhline(GATES[name], color="k", linestyle="--", linewidth=1, label=f"gate {GATES[name]:.2f}")
         ax.set(title=f"{title}: validation Dice in training", xlabel="iteration", ylabel="mean Dice")
         ax.legend(fontsize="xx-small")
     return save_figure(fig, target, dpi=100)

@@ -8,9 +8,11 @@ import pytest
 
 from benchmarks.finetune_curves import (
     FIELDS,
+    GATES,
     check_same_command,
     collect,
     fold_split,
+    labelled,
     main,
     read_curves,
     times,
@@ -93,6 +95,14 @@ def test_curves_of_several_rounds_are_read_per_run_in_iteration_order_and_plotte
     assert main(["plot", str(tmp_path / "r2"), "--to", str(figure)]) == 0
     with Image.open(figure) as image:
         assert image.size == (600, 450)
+    # a panel per L, each with its own gate
+    _curves(tmp_path / "r3", {("fewlabel", "1"): [0.3, 0.4], ("fewlabel", "2"): [0.5, 0.6], ("fewlabel", "8"): [0.7]})
+    assert main(["plot", str(tmp_path / "r3"), str(tmp_path / "r2"), "--to", str(figure)]) == 0
+    with Image.open(figure) as image:
+        assert image.size == (2400, 450)
+    runs = [run for _, run in read_curves([tmp_path / "r3", tmp_path / "r2"])]
+    assert [labelled(run) for run in runs] == ["1", "2", "8", "full"]
+    assert [GATES.get(labelled(run)) for run in runs] == [0.60, 0.68, None, 0.90]
 
 
 def test_subcommands_answer_help_instead_of_reading_it_as_a_folder(capsys):

@@ -321,7 +321,8 @@ CPU_PROTOCOL_PROSTATE = CPU_PROTOCOL.replace(
 #: docs/protocol_converged.md (amendment 4): the protocol's design at L = 2 with the few-label recipe of the bundles
 #: (``configs/recipes/finetune_fewlabel.json``: batch 20, Adam 1e-3, cosine over 1500 iterations validated every 250
 #: with the best kept, the ``bilinear`` export without mirroring), in 50-iteration epochs as the random gates ran it
-#: (docs/results/gate-random_acdc), channels-last float32
+#: (docs/results/gate-random_acdc), channels-last float32. Named after its protocol: the baseline it gives misses the
+#: gates, so its report says "over a baseline that has not converged" (amendment 4)
 CPU_CONVERGED = CPU_PROTOCOL.replace(
     name="cpu-converged",
     num_labeled=(2,),

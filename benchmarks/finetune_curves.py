@@ -169,27 +169,24 @@ def collect(out: Path) -> Path:
     return target
 
 
-def read_curves(outs: list[Path]) -> dict[tuple[str, str], list[tuple[int, float]]]:
-    """The validation curves of every run in the ``curves.csv`` of each of ``outs``: ``(round, run) -> [(iteration,
-    val_dice), ...]`` in iteration order, the round named by its folder."""
-    curves: dict[tuple[str, str], list[tuple[int, float]]] = {}
+def read_curves(outs: list[Path]) -> dict[tuple[str, str, str], list[tuple[int, float]]]:
+    """The validation curves of every run in the ``curves.csv`` of each of ``outs``: ``(round, labelled, run) ->
+    [(iteration, val_dice), ...]`` in iteration order, the round named by its folder and ``labelled`` the run's
+    labelled patients (``full`` or L)."""
+    curves: dict[tuple[str, str, str], list[tuple[int, float]]] = {}
     for out in outs:
         with (out / "curves.csv").open() as f:
             for r in csv.DictReader(f):
                 run = f"f{r['fold']} {r['recipe']} L={r['labeled']} d{r['draw']} s{r['seed']}"
                 run += f" ({r['finetune_iterations']} it.)"
-                curves.setdefault((out.name, run), []).append((int(r["iteration"]), float(r["val_dice"])))
+                key = (out.name, r["labeled"], run)
+                curves.setdefault(key, []).append((int(r["iteration"]), float(r["val_dice"])))
     return {key: sorted(points) for key, points in curves.items()}
 
 
 #: issue 53's gates on the test patients, by the runs' labelled patients: full supervision, random initialisation
 #: at L = 1 and 2 (Table 1's random row)
 GATES = {"full": 0.90, "1": 0.60, "2": 0.68}
-
-
-def labelled(run: str) -> str:
-    """The labelled patients of a run named as :func:`read_curves` names it (``full`` or L)."""
-    return run.split(" L=", 1)[1].split(" ", 1)[0]
 
 
 def plot(outs: list[Path], target: Path) -> Path:
@@ -203,12 +200,11 @@ def plot(outs: list[Path], target: Path) -> Path:
     from gcl_monai.utils import save_figure
 
     curves = read_curves(outs)
-    kinds = {key: labelled(key[1]) for key in curves}
-    shown = sorted(set(kinds.values()), key=lambda k: (k != "full", int(k) if k.isdigit() else 0))
+    shown = sorted({labeled for _, labeled, _ in curves}, key=lambda k: (k != "full", int(k) if k.isdigit() else 0))
     fig = Figure(figsize=(6 * len(shown), 4.5), layout="constrained")
     panels = {name: fig.add_subplot(1, len(shown), i + 1) for i, name in enumerate(shown)}
-    for (round_name, run), points in curves.items():
-        ax = panels[kinds[round_name, run]]
+    for (round_name, labeled, run), points in curves.items():
+        ax = panels[labeled]
         ax.plot(*zip(*points), marker="o", markersize=3, label=f"{round_name}: {run}")
     for name, ax in panels.items():
         title = "full supervision" if name == "full" else f"L = {name}, random init."

@@ -12,7 +12,6 @@ from benchmarks.finetune_curves import (
     check_same_command,
     collect,
     fold_split,
-    labelled,
     main,
     read_curves,
     times,
@@ -83,9 +82,9 @@ def test_curves_of_several_rounds_are_read_per_run_in_iteration_order_and_plotte
     curves = read_curves([tmp_path / "r1", tmp_path / "r2"])
 
     assert curves == {
-        ("r1", "f0 defaults L=full d0 s0 (1500 it.)"): [(500, 0.7), (1000, 0.8), (1500, 0.85)],
-        ("r1", "f0 defaults L=2 d0 s0 (1000 it.)"): [(500, 0.4), (1000, 0.5)],
-        ("r2", "f0 width512 L=full d0 s0 (1000 it.)"): [(500, 0.75), (1000, 0.88)],
+        ("r1", "full", "f0 defaults L=full d0 s0 (1500 it.)"): [(500, 0.7), (1000, 0.8), (1500, 0.85)],
+        ("r1", "2", "f0 defaults L=2 d0 s0 (1000 it.)"): [(500, 0.4), (1000, 0.5)],
+        ("r2", "full", "f0 width512 L=full d0 s0 (1000 it.)"): [(500, 0.75), (1000, 0.88)],
     }
     figure = tmp_path / "curves.png"
     assert main(["plot", str(tmp_path / "r1"), str(tmp_path / "r2"), "--to", str(figure)]) == 0
@@ -100,9 +99,9 @@ def test_curves_of_several_rounds_are_read_per_run_in_iteration_order_and_plotte
     assert main(["plot", str(tmp_path / "r3"), str(tmp_path / "r2"), "--to", str(figure)]) == 0
     with Image.open(figure) as image:
         assert image.size == (2400, 450)
-    runs = [run for _, run in read_curves([tmp_path / "r3", tmp_path / "r2"])]
-    assert [labelled(run) for run in runs] == ["1", "2", "8", "full"]
-    assert [GATES.get(labelled(run)) for run in runs] == [0.60, 0.68, None, 0.90]
+    labelled = [labeled for _, labeled, _ in read_curves([tmp_path / "r3", tmp_path / "r2"])]
+    assert labelled == ["1", "2", "8", "full"]
+    assert [GATES.get(labeled) for labeled in labelled] == [0.60, 0.68, None, 0.90]
 
 
 def test_subcommands_answer_help_instead_of_reading_it_as_a_folder(capsys):

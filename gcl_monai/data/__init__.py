@@ -25,7 +25,7 @@ from gcl_monai.data.inference_datalist import inference_datalist
 from gcl_monai.data.json_datalist import read_json_datalist
 from gcl_monai.data.layouts import detect_layout, load_datalist
 from gcl_monai.data.mmwhs import MMWHS_LABEL_NAMES, MMWHS_LABEL_VALUES, read_mmwhs
-from gcl_monai.data.prostate import MSD_LABEL_NAMES, MSD_TO_MULTISITE_LABELS, MULTISITE_LABEL_NAMES, read_prostate
+from gcl_monai.data.prostate import PROSTATE_LABEL_NAMES, peripheral_zone_label, read_prostate
 from gcl_monai.data.splits import (
     LABELED_POOLS,
     labeled_pool,
@@ -70,9 +70,7 @@ __all__ = [
     "META_LABEL_NAMES",
     "MMWHS_LABEL_NAMES",
     "MMWHS_LABEL_VALUES",
-    "MSD_LABEL_NAMES",
-    "MSD_TO_MULTISITE_LABELS",
-    "MULTISITE_LABEL_NAMES",
+    "PROSTATE_LABEL_NAMES",
     "LABELED_POOLS",
     "DatalistError",
     "DeviceSliceBatches",
@@ -91,6 +89,7 @@ __all__ = [
     "load_split",
     "meta_num_classes",
     "num_slices",
+    "peripheral_zone_label",
     "read_acdc",
     "read_acdc_h5",
     "read_acdc_official",

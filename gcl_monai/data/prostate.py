@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nibabel as nib
 import numpy as np
 
 from gcl_monai.data.datalist import (
@@ -120,6 +119,8 @@ def peripheral_zone_label(mask_path: str | Path) -> int:
     Raises:
         DatalistError: naming the file when it lacks label 1 or label 2.
     """
+    import nibabel as nib  # here, not at the top: a GPU session's wheels carry no nibabel (test_volume_loading)
+
     image = nib.load(str(mask_path))
     mask = np.asarray(image.dataobj)
     centroids = {}

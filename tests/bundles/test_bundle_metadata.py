@@ -14,6 +14,7 @@ import torch
 from monai.bundle import ConfigParser, verify_net_in_out
 
 import gcl_monai
+from gcl_monai.data import MMWHS_LABEL_NAMES, MMWHS_LABEL_VALUES
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "setup.cfg").is_file())
 BUNDLES = sorted(p.name for p in (REPO / "bundles").iterdir() if (p / "configs" / "metadata.json").is_file())
@@ -80,6 +81,59 @@ def test_metadata_conforms_to_its_schema(bundle):
     assert pred["value_range"] == []  # logits; softmax and argmax are post-processing
     classes = [c.split(" ", 1)[1] for c in meta["pred_classes"].split(", ")]
     assert classes == [pred["channel_def"][str(i)] for i in range(pred["num_channels"])]
+
+
+#: the words a class name abbreviates, to read it against the metadata's ``channel_def``
+ABBREVIATIONS = {"rv": "right ventricle", "lv": "left ventricle", "ra": "right atrium", "la": "left atrium"}
+#: the meta labels a bundle's ``pretrain.json`` can name by default (the DICOM bundle's ``cardiac_phase`` included)
+META_LABELS = ("patient_id", "slice_quantile", "organ_state", "cardiac_phase")
+
+
+def _config(bundle: str, name: str) -> dict:
+    return json.loads((_configs(bundle) / f"{name}.json").read_text())
+
+
+def _spelled(class_name: str) -> str:
+    """``"la_blood"`` -> ``"left atrium blood cavity"``: a config's class name in the words of ``channel_def``."""
+    words = [ABBREVIATIONS.get(w, w) for w in class_name.split("_")]
+    return " ".join("blood cavity" if w == "blood" else w for w in words)
+
+
+@pytest.mark.parametrize("bundle", BUNDLES)
+def test_channel_def_names_the_classes_of_every_workflow(bundle):
+    """The classes a user and MONAI Label read in the metadata are, one by one, those that fine-tuning, evaluation,
+    inference and the pre-training's probe name (``class_names``, ``probe_class_names``)."""
+    meta = json.loads((_configs(bundle) / "metadata.json").read_text())
+    channel_def = meta["network_data_format"]["outputs"]["pred"]["channel_def"]
+    classes = _config(bundle, "train")["class_names"]
+    assert _config(bundle, "inference")["class_names"] == classes == _config(bundle, "pretrain")["probe_class_names"]
+    assert [channel_def[str(i)] for i in range(len(channel_def))] == ["background", *map(_spelled, classes)]
+
+
+@pytest.mark.parametrize("bundle", BUNDLES)
+def test_description_states_the_bundles_meta_labels_and_modality(bundle):
+    """The description names exactly the meta labels the bundle pre-trains with, and the modality of its input
+    (a CT bundle describes no MRI)."""
+    meta = json.loads((_configs(bundle) / "metadata.json").read_text())
+    named = {m for m in META_LABELS if m in meta["description"].lower()}
+    assert named == set(_config(bundle, "pretrain")["meta_labels"]), meta["description"]
+    text = f"{meta['description']} {meta['image_classes']}"
+    modality = meta["network_data_format"]["inputs"]["image"]["modality"]
+    assert modality in text
+    if modality == "CT":
+        assert "MRI" not in text
+
+
+def test_mmwhs_classes_follow_the_challenge_label_values():
+    """MM-WHS numbers 205 LV myocardium, 420 left atrium, 500 LV blood cavity, 550 right atrium, 600 RV blood cavity,
+    820 ascending aorta and 850 pulmonary artery (Zhuang et al., Medical Image Analysis 2019); the bundle maps them to
+    classes 1-7 in that order and names them so (before 0.3.0 it called 550 the right ventricle and 600 the right
+    atrium)."""
+    train = _config("gcl_mmwhs", "train")
+    assert train["label_map"] == {str(v): i for i, v in enumerate(MMWHS_LABEL_VALUES, start=1)}
+    assert [MMWHS_LABEL_NAMES[i] for i in range(1, 8)] == ["Myo", "LA", "LV", "RA", "RV", "AA", "PA"]
+    expected = ["lv_myocardium", "la_blood", "lv_blood", "ra_blood", "rv_blood", "ascending_aorta", "pulmonary_artery"]
+    assert train["class_names"] == expected
 
 
 @pytest.mark.parametrize("bundle", BUNDLES)

@@ -56,7 +56,9 @@ def test_bundle_layout_and_metadata(bundle):
     for name in ["metadata.json", "pretrain.json", "train.json", "evaluate.json", "inference.json", "logging.conf"]:
         assert (configs / name).is_file(), name
     assert (REPO / "bundles" / bundle / "LICENSE").is_file()
-    assert (REPO / "bundles" / bundle / "docs" / "README.md").is_file()
+    card = (REPO / "bundles" / bundle / "docs" / "README.md").read_text()
+    # the card travels with a copied bundle: it names every recipe overlay the bundle ships
+    assert [r.name for r in sorted((configs / "recipes").glob("*.json")) if f"`{r.name}`" not in card] == []
     meta = json.loads((configs / "metadata.json").read_text())  # its required keys: test_bundle_metadata.py
     fmt = meta["network_data_format"]
     assert list(fmt["inputs"])[0] == "image" and list(fmt["outputs"])[0] == "pred"

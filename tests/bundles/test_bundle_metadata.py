@@ -84,7 +84,13 @@ def test_metadata_conforms_to_its_schema(bundle):
 
 
 #: the words a class name abbreviates, to read it against the metadata's ``channel_def``
-ABBREVIATIONS = {"rv": "right ventricle", "lv": "left ventricle", "ra": "right atrium", "la": "left atrium"}
+ABBREVIATIONS = {
+    "rv": "right ventricle",
+    "lv": "left ventricle",
+    "ra": "right atrium",
+    "la": "left atrium",
+    "blood": "blood cavity",
+}
 #: the meta labels a bundle's ``pretrain.json`` can name by default (the DICOM bundle's ``cardiac_phase`` included)
 META_LABELS = ("patient_id", "slice_quantile", "organ_state", "cardiac_phase")
 
@@ -95,8 +101,7 @@ def _config(bundle: str, name: str) -> dict:
 
 def _spelled(class_name: str) -> str:
     """``"la_blood"`` -> ``"left atrium blood cavity"``: a config's class name in the words of ``channel_def``."""
-    words = [ABBREVIATIONS.get(w, w) for w in class_name.split("_")]
-    return " ".join("blood cavity" if w == "blood" else w for w in words)
+    return " ".join(ABBREVIATIONS.get(w, w) for w in class_name.split("_"))
 
 
 @pytest.mark.parametrize("bundle", BUNDLES)

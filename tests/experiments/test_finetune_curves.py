@@ -11,6 +11,7 @@ from benchmarks.finetune_curves import (
     GATES,
     check_same_command,
     collect,
+    curves_figure,
     fold_split,
     main,
     read_curves,
@@ -76,32 +77,65 @@ def _curves(out, runs):
 def test_curves_of_several_rounds_are_read_per_run_in_iteration_order_and_plotted(tmp_path):
     from PIL import Image
 
-    _curves(tmp_path / "r1", {("defaults", "full"): [0.7, 0.8, 0.85], ("defaults", "2"): [0.4, 0.5]})
-    _curves(tmp_path / "r2", {("width512", "full"): [0.75, 0.88]})
+    _curves(tmp_path / "r1_acdc", {("defaults", "full"): [0.7, 0.8, 0.85], ("defaults", "2"): [0.4, 0.5]})
+    _curves(tmp_path / "r2_acdc", {("width512", "full"): [0.75, 0.88]})
 
-    curves = read_curves([tmp_path / "r1", tmp_path / "r2"])
+    curves = read_curves([tmp_path / "r1_acdc", tmp_path / "r2_acdc"])
 
     assert curves == {
-        ("r1", "full", "f0 defaults L=full d0 s0 (1500 it.)"): [(500, 0.7), (1000, 0.8), (1500, 0.85)],
-        ("r1", "2", "f0 defaults L=2 d0 s0 (1000 it.)"): [(500, 0.4), (1000, 0.5)],
-        ("r2", "full", "f0 width512 L=full d0 s0 (1000 it.)"): [(500, 0.75), (1000, 0.88)],
+        ("r1_acdc", "full", "f0 defaults L=full d0 s0 (1500 it.)"): [(500, 0.7), (1000, 0.8), (1500, 0.85)],
+        ("r1_acdc", "2", "f0 defaults L=2 d0 s0 (1000 it.)"): [(500, 0.4), (1000, 0.5)],
+        ("r2_acdc", "full", "f0 width512 L=full d0 s0 (1000 it.)"): [(500, 0.75), (1000, 0.88)],
     }
     figure = tmp_path / "curves.png"
-    assert main(["plot", str(tmp_path / "r1"), str(tmp_path / "r2"), "--to", str(figure)]) == 0
+    assert main(["plot", str(tmp_path / "r1_acdc"), str(tmp_path / "r2_acdc"), "--to", str(figure)]) == 0
     with Image.open(figure) as image:
         assert image.size == (1200, 450)
     # rounds of full supervision alone: one panel, no empty few-label axes
-    assert main(["plot", str(tmp_path / "r2"), "--to", str(figure)]) == 0
+    assert main(["plot", str(tmp_path / "r2_acdc"), "--to", str(figure)]) == 0
     with Image.open(figure) as image:
         assert image.size == (600, 450)
     # a panel per L, each with its own gate
-    _curves(tmp_path / "r3", {("fewlabel", "1"): [0.3, 0.4], ("fewlabel", "2"): [0.5, 0.6], ("fewlabel", "8"): [0.7]})
-    assert main(["plot", str(tmp_path / "r3"), str(tmp_path / "r2"), "--to", str(figure)]) == 0
+    _curves(
+        tmp_path / "r3_acdc", {("fewlabel", "1"): [0.3, 0.4], ("fewlabel", "2"): [0.5, 0.6], ("fewlabel", "8"): [0.7]}
+    )
+    assert main(["plot", str(tmp_path / "r3_acdc"), str(tmp_path / "r2_acdc"), "--to", str(figure)]) == 0
     with Image.open(figure) as image:
         assert image.size == (2400, 450)
-    labelled = [labeled for _, labeled, _ in read_curves([tmp_path / "r3", tmp_path / "r2"])]
+    labelled = [labeled for _, labeled, _ in read_curves([tmp_path / "r3_acdc", tmp_path / "r2_acdc"])]
     assert labelled == ["1", "2", "8", "full"]
-    assert [GATES.get(labeled) for labeled in labelled] == [0.60, 0.68, None, 0.90]
+    assert [GATES["acdc"].get(labeled) for labeled in labelled] == [0.60, 0.68, None, 0.90]
+
+
+def _gate_lines(fig):
+    """{panel title: the y of its dashed gate line}: the horizontal lines drawn on each panel."""
+    return {
+        ax.get_title(): [line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() == "--"]
+        for ax in fig.axes
+    }
+
+
+def test_each_dataset_gets_its_own_gates_named_or_read_from_the_folders(tmp_path):
+    runs = {("fullsup", "full"): [0.6, 0.7], ("fewlabel", "1"): [0.3, 0.4], ("fewlabel", "2"): [0.4, 0.5]}
+    _curves(tmp_path / "gate_prostate", runs)
+    _curves(tmp_path / "gate_acdc", runs)
+    _curves(tmp_path / "round", runs)
+    full, one, two = (
+        f"{t}: validation Dice in training" for t in ("full supervision", "L = 1, random init.", "L = 2, random init.")
+    )
+
+    # the paper's prostate rows (Table 1 random: 0.477 / 0.547; Table 3 full supervision 0.703 -> issue 53's 0.70)
+    assert _gate_lines(curves_figure([tmp_path / "gate_prostate"])) == {full: [0.70], one: [0.477], two: [0.547]}
+    assert _gate_lines(curves_figure([tmp_path / "gate_acdc"])) == {full: [0.90], one: [0.60], two: [0.68]}
+    # a folder that names no dataset is drawn with the dataset given, never with another's gates by default
+    assert _gate_lines(curves_figure([tmp_path / "round"], "prostate"))[two] == [0.547]
+    with pytest.raises(ValueError, match="round"):
+        curves_figure([tmp_path / "round"])
+    with pytest.raises(ValueError, match="gate_acdc"):
+        curves_figure([tmp_path / "gate_prostate", tmp_path / "gate_acdc"])
+    figure = tmp_path / "curves.png"
+    assert main(["plot", str(tmp_path / "round"), "--dataset", "prostate", "--to", str(figure)]) == 0
+    assert figure.stat().st_size > 0
 
 
 def test_subcommands_answer_help_instead_of_reading_it_as_a_folder(capsys):

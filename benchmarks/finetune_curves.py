@@ -188,6 +188,25 @@ def read_curves(outs: list[Path]) -> dict[tuple[str, str, str], list[tuple[int, 
     return {key: sorted(points) for key, points in curves.items()}
 
 
+def mean_curves(out: Path) -> dict[str, dict]:
+    """
+    Per labelled count of the runs in ``<out>/curves.csv`` (``full`` or L): the mean validation Dice over its runs at
+    each validation (``{iteration: (mean, runs)}``) and where each run's best validation falls (``{iteration: runs}``,
+    the first of equal values): whether a set's curves level off within the budget.
+    """
+    summary: dict[str, dict] = {}
+    for (_, labeled, _), points in read_curves([out]).items():
+        entry = summary.setdefault(labeled, {"mean": {}, "best_at": {}})
+        for iteration, dice in points:
+            entry["mean"].setdefault(iteration, []).append(dice)
+        best = max(points, key=lambda p: p[1])[0]
+        entry["best_at"][best] = entry["best_at"].get(best, 0) + 1
+    for entry in summary.values():
+        entry["mean"] = {i: (sum(d) / len(d), len(d)) for i, d in sorted(entry["mean"].items())}
+        entry["best_at"] = dict(sorted(entry["best_at"].items()))
+    return summary
+
+
 #: issue 53's gates on the test patients, by dataset and the runs' labelled patients: full supervision, random
 #: initialisation at L = 1 and 2 (the paper's Table 1 random row; prostate's full supervision at Table 3's 0.703)
 GATES = {
@@ -241,6 +260,14 @@ def plot(outs: list[Path], target: Path, dataset: str | None = None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["means"]:
+        parser = argparse.ArgumentParser(prog="finetune_curves means")
+        parser.add_argument("out", type=Path, help="a round's output folder (with curves.csv)")
+        for labeled, entry in mean_curves(parser.parse_args(argv[1:]).out).items():
+            means = ", ".join(f"{i}: {m:.3f} ({n})" for i, (m, n) in entry["mean"].items())
+            best = ", ".join(f"{i}: {n}" for i, n in entry["best_at"].items())
+            print(f"L = {labeled}: mean validation Dice (runs) at {means}; best validation at {best}")
+        return 0
     if argv[:1] in (["collect"], ["times"], ["plot"]):
         parser = argparse.ArgumentParser(prog=f"finetune_curves {argv[0]}")
         if argv[0] in ("collect", "times"):

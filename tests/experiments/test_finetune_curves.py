@@ -14,6 +14,7 @@ from benchmarks.finetune_curves import (
     curves_figure,
     fold_split,
     main,
+    mean_curves,
     read_curves,
     times,
     validation_curve,
@@ -138,8 +139,24 @@ def test_each_dataset_gets_its_own_gates_named_or_read_from_the_folders(tmp_path
     assert figure.stat().st_size > 0
 
 
+def test_mean_curves_average_each_validation_over_a_sets_runs_and_count_where_each_run_peaks(tmp_path, capsys):
+    out = tmp_path / "gate_acdc"
+    _curves(out, {("a", "2"): [0.4, 0.6, 0.5], ("b", "2"): [0.5, 0.5, 0.7], ("a", "1"): [0.2, 0.3]})
+
+    summary = mean_curves(out)
+
+    assert summary["2"]["mean"] == {500: (pytest.approx(0.45), 2), 1000: (pytest.approx(0.55), 2), 1500: (0.6, 2)}
+    assert summary["2"]["best_at"] == {1000: 1, 1500: 1}
+    assert summary["1"] == {"mean": {500: (0.2, 1), 1000: (0.3, 1)}, "best_at": {1000: 1}}
+    assert main(["means", str(out)]) == 0
+    assert (
+        "L = 2: mean validation Dice (runs) at 500: 0.450 (2), 1000: 0.550 (2), 1500: 0.600 (2); "
+        "best validation at 1000: 1, 1500: 1" in capsys.readouterr().out
+    )
+
+
 def test_subcommands_answer_help_instead_of_reading_it_as_a_folder(capsys):
-    for command in ("collect", "times", "plot"):
+    for command in ("collect", "times", "plot", "means"):
         with pytest.raises(SystemExit) as stop:
             main([command, "--help"])
         assert stop.value.code == 0

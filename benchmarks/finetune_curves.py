@@ -45,7 +45,9 @@ import random
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
+from statistics import fmean
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -194,17 +196,19 @@ def mean_curves(out: Path) -> dict[str, dict]:
     each validation (``{iteration: (mean, runs)}``) and where each run's best validation falls (``{iteration: runs}``,
     the first of equal values): whether a set's curves level off within the budget.
     """
-    summary: dict[str, dict] = {}
+    dice: dict[str, dict[int, list[float]]] = {}
+    best_at: dict[str, Counter] = {}
     for (_, labeled, _), points in read_curves([out]).items():
-        entry = summary.setdefault(labeled, {"mean": {}, "best_at": {}})
-        for iteration, dice in points:
-            entry["mean"].setdefault(iteration, []).append(dice)
-        best = max(points, key=lambda p: p[1])[0]
-        entry["best_at"][best] = entry["best_at"].get(best, 0) + 1
-    for entry in summary.values():
-        entry["mean"] = {i: (sum(d) / len(d), len(d)) for i, d in sorted(entry["mean"].items())}
-        entry["best_at"] = dict(sorted(entry["best_at"].items()))
-    return summary
+        for iteration, value in points:
+            dice.setdefault(labeled, {}).setdefault(iteration, []).append(value)
+        best_at.setdefault(labeled, Counter())[max(points, key=lambda p: p[1])[0]] += 1
+    return {
+        labeled: {
+            "mean": {i: (fmean(d), len(d)) for i, d in sorted(by_iteration.items())},
+            "best_at": dict(sorted(best_at[labeled].items())),
+        }
+        for labeled, by_iteration in dice.items()
+    }
 
 
 #: issue 53's gates on the test patients, by dataset and the runs' labelled patients: full supervision, random

@@ -33,6 +33,7 @@ Usage (from the repository root)::
         --labeled full --recipe elastic --fold 0 --iterations 6000 --val-every 500 -- --elastic_prob 0.5
     python -m benchmarks.finetune_curves collect curves/acdc
     python -m benchmarks.finetune_curves times curves/acdc
+    python -m benchmarks.finetune_curves draws --labeled 1 --draws 2   # each run's labelled patients, no Dice read
 """
 
 from __future__ import annotations
@@ -83,6 +84,24 @@ def fold_split(base: dict, folds: int, fold: int, pool: int, seed: int = 0) -> d
         "val": [d for d in entries if d["patient"] in val],
         "test": base["test"],
     }
+
+
+def labelled_draws(
+    base: dict, folds: int, pool: int, labeled: int, draws: int, seed: int = 0, split_seed: int = 0
+) -> dict[tuple[int, int], list[str]]:
+    """The labelled patients of every run of a round at L = ``labeled``, as its runs draw them: (fold, draw) -> the
+    patients, for the folds ``0 .. folds - 1`` and draws ``0 .. draws - 1``. Each fold's pool is :func:`fold_split`'s
+    (``seed``, the driver's ``--seed``), and the bundle draws from it with ``labeled_subset`` and its ``split_seed``
+    (0 unless the run's overrides set it). Reads no Dice: it can be run before a round's reading."""
+    from gcl_monai.data import labeled_subset
+
+    drawn = {}
+    for fold in range(folds):
+        train = fold_split(base, folds, fold, pool, seed)["train"]
+        for draw in range(draws):
+            subset = labeled_subset(train, labeled, draw, split_seed)
+            drawn[fold, draw] = sorted({d["patient"] for d in subset})
+    return drawn
 
 
 def validation_curve(log: str) -> list[tuple[int, str]]:
@@ -271,6 +290,24 @@ def main(argv: list[str] | None = None) -> int:
             means = ", ".join(f"{i}: {m:.3f} ({n})" for i, (m, n) in entry["mean"].items())
             best = ", ".join(f"{i}: {n}" for i, n in entry["best_at"].items())
             print(f"L = {labeled}: mean validation Dice (runs) at {means}; best validation at {best}")
+        return 0
+    if argv[:1] == ["draws"]:
+        parser = argparse.ArgumentParser(prog="finetune_curves draws")
+        parser.add_argument("--base-split", default=str(REPO / "docs/results/cpu-mini_acdc/split.json"))
+        parser.add_argument("--folds", type=int, default=5)
+        parser.add_argument("--pool", type=int, default=8, help="patients of the labelled pool per fold")
+        parser.add_argument("--labeled", type=int, required=True, help="L")
+        parser.add_argument("--draws", type=int, required=True, help="draws per fold (0 .. N - 1)")
+        parser.add_argument("--seed", type=int, default=0, help="the driver's --seed")
+        args = parser.parse_args(argv[1:])
+        base = json.loads(Path(args.base_split).read_text())
+        drawn = labelled_draws(base, args.folds, args.pool, args.labeled, args.draws, args.seed)
+        for (fold, draw), patients in drawn.items():
+            print(f"fold {fold} draw {draw}: {', '.join(patients)}")
+        runs = Counter(tuple(p) for p in drawn.values())
+        print(f"{len(runs)} distinct labelled sets in {len(drawn)} runs", end="")
+        repeated = [f"{', '.join(p)} ({n} runs)" for p, n in runs.items() if n > 1]
+        print(f"; drawn more than once: {'; '.join(repeated)}" if repeated else "")
         return 0
     if argv[:1] in (["collect"], ["times"], ["plot"]):
         parser = argparse.ArgumentParser(prog=f"finetune_curves {argv[0]}")

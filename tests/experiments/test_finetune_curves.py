@@ -3,6 +3,7 @@
 import csv
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -13,12 +14,15 @@ from benchmarks.finetune_curves import (
     collect,
     curves_figure,
     fold_split,
+    labelled_draws,
     main,
     mean_curves,
     read_curves,
     times,
     validation_curve,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _base():
@@ -156,7 +160,7 @@ def test_mean_curves_average_each_validation_over_a_sets_runs_and_count_where_ea
 
 
 def test_subcommands_answer_help_instead_of_reading_it_as_a_folder(capsys):
-    for command in ("collect", "times", "plot", "means"):
+    for command in ("collect", "times", "plot", "means", "draws"):
         with pytest.raises(SystemExit) as stop:
             main([command, "--help"])
         assert stop.value.code == 0
@@ -241,3 +245,26 @@ def test_a_checkpoint_interval_that_does_not_divide_the_validation_interval_is_r
     args = ["--data-root", str(tmp_path), "--out", str(tmp_path), "--fold", "0", "--recipe", "r"]
     with pytest.raises(SystemExit, match="--checkpoint-every 300 does not divide --val-every 250"):
         main([*args, "--iterations", "1000", "--val-every", "250", "--checkpoint-every", "300"])
+
+
+def test_labelled_draws_are_each_folds_pool_drawn_as_the_bundle_draws_it(tmp_path, capsys):
+    base = _base()
+    # L = the whole pool: every draw labels the fold's 8 pool patients, and no others
+    whole = labelled_draws(base, folds=5, pool=8, labeled=8, draws=2)
+    for fold in range(5):
+        pool = sorted({e["patient"] for e in fold_split(base, 5, fold, pool=8)["train"]})
+        assert whole[fold, 0] == whole[fold, 1] == pool
+    # L = 1: draws 0 .. 7 of a fold are its 8 pool patients, one each (the bundle's disjoint draws)
+    single = labelled_draws(base, folds=5, pool=8, labeled=1, draws=8)
+    for fold in range(5):
+        drawn = [single[fold, d][0] for d in range(8)]
+        assert sorted(drawn) == sorted({e["patient"] for e in fold_split(base, 5, fold, pool=8)["train"]})
+    # the prostate gate's L = 1 runs (docs/results/gate-random_prostate): Case17 labels three of them
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps(base))
+    assert main(["draws", "--base-split", str(split), "--labeled", "8", "--draws", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("fold ") == 10 and "5 distinct labelled sets in 10 runs; drawn more than once:" in out
+    prostate = json.loads((REPO / "docs/results/cpu-mini_prostate/split.json").read_text())
+    drawn = labelled_draws(prostate, folds=5, pool=8, labeled=1, draws=2)
+    assert [k for k, p in drawn.items() if p == ["Case17"]] == [(0, 1), (3, 0), (4, 1)]

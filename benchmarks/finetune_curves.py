@@ -92,7 +92,8 @@ def labelled_draws(
     """The labelled patients of every run of a round at L = ``labeled``, as its runs draw them: (fold, draw) -> the
     patients, for the folds ``0 .. folds - 1`` and draws ``0 .. draws - 1``. Each fold's pool is :func:`fold_split`'s
     (``seed``, the driver's ``--seed``), and the bundle draws from it with ``labeled_subset`` and its ``split_seed``
-    (0 unless the run's overrides set it). Reads no Dice: it can be run before a round's reading."""
+    (0 unless the run's overrides set it) over the bundle's default ``labeled_pool``, the fold's pool. Reads no Dice:
+    it can be run before a round's reading."""
     from gcl_monai.data import labeled_subset
 
     drawn = {}
@@ -281,6 +282,14 @@ def plot(outs: list[Path], target: Path, dataset: str | None = None) -> Path:
     return save_figure(curves_figure(outs, dataset), target, dpi=100)
 
 
+def _add_split_options(parser: argparse.ArgumentParser) -> None:
+    """The options that make a round's folds and pools (:func:`fold_split`): a run's and ``draws``'."""
+    parser.add_argument("--base-split", default=str(REPO / "docs/results/cpu-mini_acdc/split.json"))
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--pool", type=int, default=8, help="patients of the labelled pool per fold")
+    parser.add_argument("--seed", type=int, default=0, help="the folds' and the run's seed")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["means"]:
@@ -293,12 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv[:1] == ["draws"]:
         parser = argparse.ArgumentParser(prog="finetune_curves draws")
-        parser.add_argument("--base-split", default=str(REPO / "docs/results/cpu-mini_acdc/split.json"))
-        parser.add_argument("--folds", type=int, default=5)
-        parser.add_argument("--pool", type=int, default=8, help="patients of the labelled pool per fold")
+        _add_split_options(parser)
         parser.add_argument("--labeled", type=int, required=True, help="L")
         parser.add_argument("--draws", type=int, required=True, help="draws per fold (0 .. N - 1)")
-        parser.add_argument("--seed", type=int, default=0, help="the driver's --seed")
         args = parser.parse_args(argv[1:])
         base = json.loads(Path(args.base_split).read_text())
         drawn = labelled_draws(base, args.folds, args.pool, args.labeled, args.draws, args.seed)
@@ -326,13 +332,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", required=True, help="folder holding acdc/ (GCL_DATA_ROOT)")
     parser.add_argument("--bundle", default="gcl_acdc")
-    parser.add_argument("--base-split", default=str(REPO / "docs/results/cpu-mini_acdc/split.json"))
-    parser.add_argument("--folds", type=int, default=5)
+    _add_split_options(parser)
     parser.add_argument("--fold", type=int, required=True)
-    parser.add_argument("--pool", type=int, default=8, help="patients of the labelled pool per fold")
     parser.add_argument("--labeled", default="full", help="'full' (every non-validation patient) or L")
     parser.add_argument("--draw", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--recipe", required=True, help="name of the overrides, for the rows")
     parser.add_argument("--iterations", type=int, required=True)
     parser.add_argument("--val-every", type=int, default=250)

@@ -1,6 +1,7 @@
 """
 What runs that move between machines add to ``python -m experiments`` (:py:data:`experiments.__main__.EXTENSIONS`):
-the ``keep`` and ``restore`` commands (:py:mod:`~experiments.gpu_session.records`), and the run's
+the ``keep`` and ``restore`` commands (:py:mod:`~experiments.gpu_session.records`; ``keep --encoders`` also keeps
+the finished pre-trainings' encoders as cards, :py:mod:`~experiments.gpu_session.kept_encoders`), and the run's
 ``--remake-encoders`` and ``--set-aside-stale-cells``, which choose its cell checks
 (:py:func:`~experiments.gpu_session.elsewhere.cell_checks`).
 """
@@ -8,11 +9,13 @@ the ``keep`` and ``restore`` commands (:py:mod:`~experiments.gpu_session.records
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from experiments.gpu_session import records
 from experiments.gpu_session.elsewhere import cell_checks
+from experiments.gpu_session.kept_encoders import keep_experiment_encoders
 from experiments.runner import CellCheck
 
 __all__ = ["COMMANDS", "add_run_options", "run_checks"]
@@ -55,6 +58,14 @@ def _main_records(argv: Sequence[str], command: str) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} {command}", description=_WHAT[command])
     parser.add_argument("source", type=Path, help="the experiment folder" if command == "keep" else "the kept records")
     parser.add_argument("target", type=Path)
+    if command == "keep":
+        parser.add_argument(
+            "--encoders",
+            type=Path,
+            help="also keep each finished pre-training's encoder in this folder: bfloat16 with its card (recipe, "
+            "seed, the plan's preset, the commit of the checkout that ran it, SHA-256), written again only when "
+            "its encoder.pt changed",
+        )
     args = parser.parse_args(argv)
     copy = records.keep if command == "keep" else records.restore
     try:
@@ -62,6 +73,10 @@ def _main_records(argv: Sequence[str], command: str) -> int:
     except (FileNotFoundError, FileExistsError) as error:
         parser.error(str(error))
     print(f"{command}: {count} records from {args.source} to {args.target}")
+    if getattr(args, "encoders", None):
+        preset = json.loads((args.source / "plan.json").read_text())["preset"]["name"]
+        kept = keep_experiment_encoders(args.source, args.encoders, preset, records.plan_checkout(args.source))
+        print(f"keep: {len(kept)} encoders of {args.source} in {args.encoders}")
     return 0
 
 

@@ -23,7 +23,7 @@ from experiments.status import STATUS_FILE, read_status
 from gcl_monai.networks import keep_encoder
 from gcl_monai.networks.keep import last_probe
 
-__all__ = ["ENCODERS", "collect_encoders", "keep_encoders"]
+__all__ = ["ENCODERS", "collect_encoders", "keep_encoders", "keep_experiment_encoders"]
 
 logger = logging.getLogger("experiments")
 
@@ -46,7 +46,7 @@ def _commit(checkout: Path | None) -> str | None:
 def keep_encoders(work: Path, budget: str, checkout: Path | None = None) -> list[Path]:
     """
     Keeps the encoder of each finished pre-training of the work folder ``work`` as a card (see the module's
-    description); a card already kept of the same ``encoder.pt`` (its ``encoder_sha256``) is not written again.
+    description): :func:`keep_experiment_encoders` of each of its experiments, into ``encoders/<experiment>/``.
 
     Args:
         work: the run's work folder.
@@ -54,17 +54,32 @@ def keep_encoders(work: Path, budget: str, checkout: Path | None = None) -> list
         checkout: the checkout that ran it (its commit recorded on the card; None: no commit).
 
     Returns:
-        the kept weights, one ``.pt`` per encoder (each card beside it); an encoder that is no ``BasicUNet``
-        encoder gets no card (logged).
+        the kept weights, one ``.pt`` per encoder (each card beside it).
     """
     work = Path(work)
     kept = []
-    for status_file in sorted(work.glob(f"results/*/pretrain/*/{STATUS_FILE}")):
+    for experiment in sorted({s.parents[2] for s in work.glob(f"results/*/pretrain/*/{STATUS_FILE}")}):
+        kept += keep_experiment_encoders(experiment, work / ENCODERS / experiment.name, budget, checkout)
+    return kept
+
+
+def keep_experiment_encoders(experiment: Path, into: Path, budget: str, checkout: Path | None = None) -> list[Path]:
+    """
+    Keeps the encoder of each finished pre-training of the experiment folder ``experiment`` as a card in ``into``:
+    ``<pre-training>.pt`` in bfloat16 and its ``.json`` (recipe and seed from the folder's name, the experiment,
+    ``budget``, the commit of ``checkout``, the float32 encoder's SHA-256 and its last probe). A card already kept of
+    the same ``encoder.pt`` is not written again.
+
+    Returns:
+        the kept weights, one ``.pt`` per encoder; an encoder that is no ``BasicUNet`` encoder gets no card (logged).
+    """
+    experiment, into = Path(experiment), Path(into)
+    kept = []
+    for status_file in sorted(experiment.glob(f"pretrain/*/{STATUS_FILE}")):
         folder, encoder = status_file.parent, status_file.parent / "encoder.pt"
         if read_status(folder).get("status") != "finished" or not encoder.exists():
             continue
-        experiment = folder.parents[1].name
-        out = work / ENCODERS / experiment / f"{folder.name}.pt"
+        out = into / f"{folder.name}.pt"
         card = out.with_suffix(".json")
         fingerprint = encoder_hash(encoder)
         if not (out.exists() and card.exists() and json.loads(card.read_text()).get("encoder_sha256") == fingerprint):
@@ -76,7 +91,7 @@ def keep_encoders(work: Path, budget: str, checkout: Path | None = None) -> list
                     out,
                     recipe=name["method"],
                     seed=int(name["seed"] or 0),
-                    experiment=experiment,
+                    experiment=experiment.name,
                     budget=budget,
                     commit=_commit(checkout),
                     encoder_sha256=fingerprint,

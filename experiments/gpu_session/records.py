@@ -28,7 +28,7 @@ from pathlib import Path
 
 from gcl_monai.utils import atomic_write
 
-__all__ = ["ARCHIVE_SUFFIX", "RECORD_SUFFIXES", "keep", "record_files", "restore"]
+__all__ = ["ARCHIVE_SUFFIX", "RECORD_SUFFIXES", "keep", "plan_checkout", "record_files", "restore"]
 
 #: records kept as one archive: ``keep`` into, and ``restore`` from, a path with this suffix
 ARCHIVE_SUFFIX = ".tar.xz"
@@ -59,14 +59,19 @@ def _copy(source: Path, target: Path, replacements: Sequence[tuple[str, str]] = 
     return count
 
 
+def plan_checkout(experiment: Path) -> Path:
+    """The checkout that ran the experiment folder ``experiment``: the parent of its plan's ``bundle_dir``."""
+    return Path(json.loads((Path(experiment) / "plan.json").read_text())["bundle_dir"]).parent
+
+
 def _relative_paths(experiment: Path) -> list[tuple[str, str]]:
     """
-    The rewrites that make the records' paths relative to the checkout that ran them (the parent of the plan's
-    ``bundle_dir``): its data folders as seen from the checkout (``../shared/data``), then the checkout itself.
-    A rerun from the root of a checkout reads them as they were.
+    The rewrites that make the records' paths relative to the checkout that ran them (:func:`plan_checkout`): its
+    data folders as seen from the checkout (``../shared/data``), then the checkout itself. A rerun from the root of
+    a checkout reads them as they were.
     """
     plan = json.loads((experiment / "plan.json").read_text())
-    checkout = Path(plan["bundle_dir"]).parent
+    checkout = plan_checkout(experiment)
     roots = [plan[key] for key in ("data_root", "test_root") if plan.get(key)]
     rewrites = [(root, os.path.relpath(root, checkout)) for root in roots]
     # the longer path first: a data folder inside the checkout becomes relative as a whole

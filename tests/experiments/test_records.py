@@ -88,3 +88,33 @@ def test_records_kept_in_one_archive_restore_as_from_a_folder(tmp_path):
         restore(archive, restored)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         restore(tmp_path / "kept" / "other.tar.xz", tmp_path / "c")
+
+
+def test_keep_with_encoders_keeps_each_finished_pre_training_as_a_card_once(tmp_path, capsys):
+    import torch
+
+    from experiments.__main__ import main
+    from experiments.status import write_status
+    from gcl_monai.networks import GCLNet, restore_encoder
+
+    features = (8, 8, 16, 16, 32, 8)
+    folder = _experiment(tmp_path / "machine", tmp_path / "machine", tmp_path / "data")
+    plan = json.loads((folder / "plan.json").read_text())
+    (folder / "plan.json").write_text(json.dumps({**plan, "preset": {"name": "cpu-converged", "repeats": 8}}))
+    torch.manual_seed(0)
+    encoder = GCLNet(spatial_dims=2, features=features).encoder_state_dict()
+    for name, status in (("gcl_p1", "finished"), ("simclr", "interrupted")):
+        write_status(folder / "pretrain" / name, {"status": status})
+        torch.save(encoder, folder / "pretrain" / name / "encoder.pt")
+    into = tmp_path / "docs" / "encoders"
+    argv = ["keep", str(folder), str(tmp_path / "kept.tar.xz"), "--encoders", str(into)]
+    assert main(argv) == 0
+    assert f"keep: 1 encoders of {folder} in {into}" in capsys.readouterr().out
+    assert sorted(p.name for p in into.iterdir()) == ["gcl_p1.json", "gcl_p1.pt"]  # the unfinished one: no card
+    card = json.loads((into / "gcl_p1.json").read_text())
+    assert (card["recipe"], card["seed"], card["budget"], card["experiment"]) == ("gcl", 1, "cpu-converged", "run")
+    assert card["stored_dtype"] == "bfloat16" and card["commit"] is None  # the checkout here is no git checkout
+    restored = restore_encoder(into / "gcl_p1.json", features=features, in_channels=1)
+    assert all(torch.allclose(restored[k], v, rtol=2**-8, atol=1e-30) for k, v in encoder.items())
+    written = (into / "gcl_p1.pt").stat().st_mtime_ns
+    assert main(argv) == 0 and (into / "gcl_p1.pt").stat().st_mtime_ns == written  # the same encoder: kept once

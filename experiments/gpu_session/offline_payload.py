@@ -24,7 +24,7 @@ send along with the repository, and restores it on the other side:
   SHA-256, and the whole archive's), for a payload too large to travel with one command beside the checkout: the
   parts go over consecutive commands while the machine is held, each command carrying only its own part (an ignored
   path an earlier command brought stays on the machine; carrying ``.offline`` whole would replace the folder and
-  delete the parts sent before). The archive can then be removed here. ``terms.first_session_calls`` gives the
+  delete the parts sent before). The archive can then be removed here. ``terms.session_calls`` gives the
   number of parts; the rehearsal prints it (docs/gpu_run.md, "Travel budget").
 - ``join ARCHIVE.parts.json``: the archive again, written only once every part is there with its size and SHA-256
   and the whole has the archive's; a missing or damaged part is named, to be sent again.

@@ -11,7 +11,7 @@ The terms of a time-limited GPU session (issue 33), and checks of what travels t
   device time in all, the machine's start included.
 
 A payload too large for one command travels in parts over consecutive commands while the machine is held (an ignored
-path an earlier command brought stays there): :py:func:`first_session_calls` plans those commands.
+path an earlier command brought stays there): :py:func:`session_calls` plans those commands.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ __all__ = [
     "TERMS",
     "CallPlan",
     "SessionTerms",
-    "first_session_calls",
     "part_sizes",
     "returned_violations",
+    "session_calls",
     "travel_bytes",
 ]
 
@@ -223,12 +223,15 @@ class CallPlan:
         return f"{len(self.calls)} call(s), {split}: {each} MiB (limit {self.limit / MIB:.1f} MiB each)"
 
 
-def first_session_calls(checkout: int, wheels: int, payload: int, results: int, limit: int) -> CallPlan:
+def session_calls(checkout: int, wheels: int, payload: int, results: int, limit: int, carry: int = 0) -> CallPlan:
     """
-    The fewest commands that bring a first session its payload within ``limit`` bytes each: the payload cut into
-    :py:func:`part_sizes` parts (``offline_payload split --parts K``); each command but the last carries the checkout
-    and one part, the last carries the checkout, the wheels, the last part, the parts' manifest (one block; none
-    when the payload travels whole) and the results' allowance. A part counts in whole :py:data:`BLOCK` s.
+    The fewest commands that bring a session its payload within ``limit`` bytes each. When everything fits one
+    command, it all travels whole. Otherwise the payload is cut into :py:func:`part_sizes` parts (``offline_payload
+    split --parts K``): the first command carries the checkout, the carry (a resumed session's ``.offline/carry``)
+    and the first part; each later one the checkout and one part; the last also the wheels, the parts' manifest (one
+    block) and the results' allowance. A part counts in whole :py:data:`BLOCK` s. A first session (a new pre-training
+    seed) sends the whole dataset and no carry; a second one the dataset cut to the fine-tuning's patients and the
+    carry with the finished encoders.
 
     Args:
         checkout: bytes of the checkout (:py:func:`travel_bytes`' total, already in blocks).
@@ -236,27 +239,31 @@ def first_session_calls(checkout: int, wheels: int, payload: int, results: int, 
         payload: bytes of the payload (the archive).
         results: bytes allowed for the results and logs.
         limit: bytes that may travel with one command (:py:attr:`SessionTerms.tree_bytes`).
+        carry: bytes of the carry (0: none).
 
     Raises:
-        ValueError: naming the sum, when not even the smallest part (one block) fits beside the checkout, or
-            beside the checkout, the wheels and the results.
+        ValueError: naming the sum, when not even the smallest part (one block) fits beside the checkout and the
+            carry, or beside the checkout, the wheels and the results.
     """
     if payload < 1:
         raise ValueError(f"a payload of {payload} bytes: nothing to send.")
-    whole = checkout + wheels + in_blocks(payload) + results
+    whole = checkout + wheels + carry + in_blocks(payload) + results
     if whole <= limit:
         return CallPlan((payload,), (whole,), limit)
+    first_fixed = checkout + carry
     last_fixed = checkout + wheels + results + BLOCK  # the manifest of a split payload
-    if last_fixed + BLOCK > limit:
+    if max(first_fixed, last_fixed) + BLOCK > limit:
         raise ValueError(
-            f"no part of the payload fits: the last call's checkout {checkout / MIB:.1f} + wheels {wheels / MIB:.1f} "
-            f"+ results {results / MIB:.1f} MiB with a manifest and a one-block part are over the limit of "
-            f"{limit / MIB:.1f} MiB"
+            f"no part of the payload fits: the first call's checkout {checkout / MIB:.1f} + carry {carry / MIB:.1f} "
+            f"MiB or the last call's checkout + wheels {wheels / MIB:.1f} + results {results / MIB:.1f} MiB with a "
+            f"manifest, each with a one-block part, are over the limit of {limit / MIB:.1f} MiB"
         )
     count = 2
     # the parts of part_sizes: the first is the longest, the last the shortest
-    while checkout + in_blocks(-(-payload // count)) > limit or last_fixed + in_blocks(payload // count) > limit:
+    while first_fixed + in_blocks(-(-payload // count)) > limit or last_fixed + in_blocks(payload // count) > limit:
         count += 1  # ends by parts of one block at most, which fit (checked above)
     sizes = part_sizes(payload, count)
-    calls = [checkout + in_blocks(size) for size in sizes[:-1]] + [last_fixed + in_blocks(sizes[-1])]
+    calls = [checkout + in_blocks(size) for size in sizes]
+    calls[0] += carry
+    calls[-1] += wheels + results + BLOCK
     return CallPlan(tuple(sizes), tuple(calls), limit)

@@ -18,7 +18,7 @@ from experiments.gpu_session.pack import ARCHIVE
 from experiments.gpu_session.sessions import format_plan, plan_sessions
 from experiments.gpu_session.state import RunState
 from experiments.gpu_session.steps import verdict_stops
-from experiments.gpu_session.terms import MIB, TERMS, first_session_calls, part_sizes, travel_bytes
+from experiments.gpu_session.terms import MIB, TERMS, part_sizes, session_calls, travel_bytes
 from experiments.plan import plan_cells
 from experiments.presets import PRESETS
 from experiments.status import write_status
@@ -68,42 +68,85 @@ def test_part_sizes_are_as_equal_as_bytes_allow_the_last_never_longest():
 B = 4096  # one block, as travel_bytes counts
 
 
-def test_first_session_calls_one_call_when_the_payload_fits_whole():
+def test_session_calls_one_call_when_the_payload_fits_whole():
     # checkout 10 blocks + wheels 2 + payload 5 (20380 bytes, counted in whole blocks) + results 1 = 18 blocks
-    plan = first_session_calls(10 * B, 2 * B, 5 * B - 100, B, limit=18 * B)
+    plan = session_calls(10 * B, 2 * B, 5 * B - 100, B, limit=18 * B)
     assert plan.parts == (5 * B - 100,) and plan.calls == (18 * B,)
 
 
-def test_first_session_calls_split_the_payload_when_it_does_not():
+def test_session_calls_split_the_payload_when_it_does_not():
     # one block less: the whole is over (18 > 17). The last call carries checkout 10 + wheels 2 + results 1 +
     # manifest 1 = 14 blocks, so its part may take 3; two parts of 10190 bytes take 3 blocks each
-    plan = first_session_calls(10 * B, 2 * B, 5 * B - 100, B, limit=17 * B)
+    plan = session_calls(10 * B, 2 * B, 5 * B - 100, B, limit=17 * B)
     assert plan.parts == (10190, 10190) and plan.calls == (13 * B, 17 * B)
     # 10 blocks of payload: halves (5 blocks) and thirds (13654 bytes: 4 blocks) leave the last call over 17 blocks;
     # quarters (10240 bytes: 3 blocks) fit, the first three calls carrying the checkout and one part each
-    plan = first_session_calls(10 * B, 2 * B, 10 * B, B, limit=17 * B)
+    plan = session_calls(10 * B, 2 * B, 10 * B, B, limit=17 * B)
     assert plan.parts == (10240,) * 4 and plan.calls == (13 * B, 13 * B, 13 * B, 17 * B)
 
 
-def test_first_session_calls_with_today_s_checkout_and_21_mb_of_encoders_more():
+def test_session_calls_with_today_s_checkout_and_21_mb_of_encoders_more():
     wheels, payload = 2_200_000, 44_500_000  # rehearse.WHEELS_BYTES and FULL_PAYLOAD_BYTES
     # 2026-11-28's checkout (docs/gpu_run.md, "Travel budget"): 13,836,288 + 2,200,000 + 44,503,040 (10,865 blocks)
     # + 1,048,576 = 61,587,904 bytes in one call
-    assert first_session_calls(13_836_288, wheels, payload, MIB, TERMS.tree_bytes).calls == (61_587_904,)
+    assert session_calls(13_836_288, wheels, payload, MIB, TERMS.tree_bytes).calls == (61_587_904,)
     # with 21 MB of encoders tracked the whole would be 82,587,904: two parts of 22,250,000 bytes (5,433 blocks:
     # 22,253,568); the first call 34,836,288 + 22,253,568, the last adds the wheels, the results and the manifest
-    plan = first_session_calls(13_836_288 + 21_000_000, wheels, payload, MIB, TERMS.tree_bytes)
+    plan = session_calls(13_836_288 + 21_000_000, wheels, payload, MIB, TERMS.tree_bytes)
     assert plan.parts == (22_250_000, 22_250_000)
     assert plan.calls == (57_089_856, 60_342_528)
     assert plan.describe() == "2 call(s), the payload in 2 parts: 54.4, 57.5 MiB (limit 61.0 MiB each)"
 
 
-def test_first_session_calls_refuse_when_no_part_fits_beside_the_checkout():
+def test_session_calls_refuse_when_no_part_fits_beside_the_checkout():
     # checkout 10 + wheels 2 + results 1 + manifest 1 + a one-block part = 15 blocks, over 14
-    with pytest.raises(ValueError, match="no part of the payload fits: the last call's checkout 0.0 \\+ wheels"):
-        first_session_calls(10 * B, 2 * B, 5 * B, B, limit=14 * B)
+    with pytest.raises(ValueError, match="no part of the payload fits: the first call's checkout 0.0 \\+ carry"):
+        session_calls(10 * B, 2 * B, 5 * B, B, limit=14 * B)
+    # the first call's checkout 10 + carry 4 + a one-block part = 15 blocks, over 14 (the last call's 15 are too)
+    with pytest.raises(ValueError, match="over the limit of 0.1 MiB"):
+        session_calls(10 * B, B, 5 * B, 0, limit=14 * B, carry=4 * B)
     with pytest.raises(ValueError, match="a payload of 0 bytes"):
-        first_session_calls(10 * B, 2 * B, 0, B, limit=14 * B)
+        session_calls(10 * B, 2 * B, 0, B, limit=14 * B)
+
+
+def test_session_calls_send_the_carry_with_the_first_part():
+    # checkout 10 + wheels 2 + carry 3 + payload 5 (20380 bytes) + results 1 = 21 blocks: one call when it fits
+    plan = session_calls(10 * B, 2 * B, 5 * B - 100, B, limit=21 * B, carry=3 * B)
+    assert plan.parts == (5 * B - 100,) and plan.calls == (21 * B,)
+    # under 20 blocks: halves of 10190 bytes (3 blocks); the first call carries the checkout, the carry and part 0
+    # (16 blocks), the last the checkout, part 1, the wheels, the results and the manifest (17 blocks)
+    plan = session_calls(10 * B, 2 * B, 5 * B - 100, B, limit=20 * B, carry=3 * B)
+    assert plan.parts == (10190, 10190) and plan.calls == (16 * B, 17 * B)
+    # a carry of 6 blocks leaves the first call 4 blocks for its part: halves (3 blocks) still fit (19 blocks);
+    # a carry of 8 leaves 2: thirds (6794 bytes: 2 blocks) fit, the calls 20, 12 and 16 blocks
+    assert session_calls(10 * B, 2 * B, 5 * B - 100, B, limit=20 * B, carry=6 * B).calls == (19 * B, 17 * B)
+    plan = session_calls(10 * B, 2 * B, 5 * B - 100, B, limit=20 * B, carry=8 * B)
+    assert plan.parts == (6794, 6793, 6793) and plan.calls == (20 * B, 12 * B, 16 * B)
+
+
+def test_the_rehearsal_checks_each_call_of_a_second_session_at_the_paper_s_width():
+    from experiments.gpu_session.rehearse import _paper_width_travel
+
+    # 2026-11-28's checkout: 13,836,288 + 2,200,000 + the cut payload 21,500,000 (5,249 blocks: 21,499,904 + 4,096)
+    # + two paper-width encoders in bfloat16 + 1,048,576 in one call
+    ok, detail = _paper_width_travel(13_836_288)
+    assert ok and detail.endswith("1 call(s), the payload whole: 54.8 MiB (limit 61.0 MiB each)")
+    # the checkout with cpu-converged's three SimCLR encoders tracked (2026-12-07: 22,380,544), whose single call
+    # (62.9 MiB) failed the check that summed the second session in one call: two calls, the encoders in the first
+    ok, detail = _paper_width_travel(22_380_544)
+    assert ok and detail == (
+        "checkout 21.3 + wheels 2.1 + ACDC cut to the fine-tuning's patients 20.5 + two bfloat16 encoders 18.0 + "
+        "results 1.0 MiB: 2 call(s), the payload in 2 parts: 49.6, 34.7 MiB (limit 61.0 MiB each) "
+        "(offline_payload split --parts 2)"
+    )
+    # with all nine of its encoders (six more of 2.4 MB): three calls
+    assert _paper_width_travel(22_380_544 + 6 * 2_400_000)[1].endswith(
+        "3 call(s), the payload in 3 parts: 59.9, 41.9, 45.0 MiB (limit 61.0 MiB each) "
+        "(offline_payload split --parts 3)"
+    )
+    # a checkout that leaves no room beside the two encoders: 46e6 + 18.9e6 > 64e6
+    ok, detail = _paper_width_travel(46_000_000)
+    assert not ok and "no part of the payload fits" in detail
 
 
 def test_the_rehearsal_checks_each_call_of_a_first_session():

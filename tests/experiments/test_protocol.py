@@ -340,6 +340,46 @@ def test_the_gpu_replication_analyses_the_new_seeds_without_the_control(tmp_path
         main([*argv, "--pretrain-seeds", "3"])
 
 
+def test_the_converged_analysis_reads_the_rows_scored_on_the_original_labels(tmp_path):
+    """docs/protocol_converged.md (amendment 4), as its one analysis runs: the preset's design (3 pre-training seeds
+    x 8 draws at L = 2), ``--registration converged --test-set test_input``. Only the ``test_input`` rows are read
+    (the network-grid ``test`` rows beside them are 0.9 for every cell and would make every difference 0), the four
+    comparisons are complete, their means as computed by hand, and the files are named for the rows they read."""
+    from experiments.__main__ import main
+
+    def rows_of(test_set, score):
+        return [{**_row("random", d, score(0.5 + 0.01 * d)), "test_set": test_set} for d in range(8)] + [
+            {**_row(m, d, score(0.5 + lift + 0.01 * d + 0.01 * s), pretrain_seed=s), "test_set": test_set}
+            for m, lift in (("gcl", 0.05), ("simclr", 0.03), ("supervised_encoder", 0.08))
+            for s in (0, 1, 2)
+            for d in range(8)
+        ]
+
+    rows = rows_of("test_input", lambda dice: dice) + rows_of("test", lambda dice: 0.9)
+    folder = _write_experiment(tmp_path, "converged", [0, 1, 2], rows, repeats=8)
+    argv = ["protocol", "--name", "converged", "--results-dir", str(tmp_path)]
+    assert main([*argv, "--registration", "converged", "--test-set", "test_input"]) == 0
+    analysis = {
+        (r["method"], r["baseline"], r["num_labeled"]): r
+        for r in csv.DictReader(open(folder / "protocol_analysis_test_input.csv"))
+    }
+    assert set(analysis) == {
+        ("gcl", "random", "2"),
+        ("gcl", "simclr", "2"),
+        ("supervised_encoder", "random", "2"),
+        ("simclr", "random", "2"),
+    }
+    assert all((r["seeds"], r["draws"], r["missing"]) == ("3", "8", "") for r in analysis.values())
+    # seed s, draw d: (0.5 + lift + 0.01 d + 0.01 s) - (0.5 + 0.01 d) = lift + 0.01 s, the seeds' mean lift + 0.01
+    assert float(analysis[("gcl", "random", "2")]["mean"]) == pytest.approx(0.06)
+    assert float(analysis[("gcl", "simclr", "2")]["mean"]) == pytest.approx(0.02)
+    assert float(analysis[("supervised_encoder", "random", "2")]["mean"]) == pytest.approx(0.09)
+    assert float(analysis[("simclr", "random", "2")]["mean"]) == pytest.approx(0.04)
+    text = (folder / "protocol_analysis_test_input.md").read_text()
+    assert "docs/protocol_converged.md" in text and "`test_input` rows" in text
+    assert not (folder / "protocol_analysis.csv").exists()
+
+
 def test_the_amended_protocol_registers_one_l_and_the_replication_keeps_both():
     """docs/protocol.md amendment 5: two primary and two secondary comparisons at the primary L; docs/protocol_gpu.md
     (registered before the amendment, on other runs) keeps its six, at L = 2 and 1, without the control."""

@@ -1,7 +1,8 @@
 """
 What runs that move between machines add to ``python -m experiments`` (:py:data:`experiments.__main__.EXTENSIONS`):
 the ``keep`` and ``restore`` commands (:py:mod:`~experiments.gpu_session.records`; ``keep --encoders`` also keeps
-the finished pre-trainings' encoders as cards, :py:mod:`~experiments.gpu_session.kept_encoders`), and the run's
+the finished pre-trainings' encoders as cards and ``restore --encoders`` puts them back,
+:py:mod:`~experiments.gpu_session.kept_encoders`), and the run's
 ``--remake-encoders`` and ``--set-aside-stale-cells``, which choose its cell checks
 (:py:func:`~experiments.gpu_session.elsewhere.cell_checks`).
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from experiments.gpu_session import records
 from experiments.gpu_session.elsewhere import cell_checks
-from experiments.gpu_session.kept_encoders import keep_experiment_encoders
+from experiments.gpu_session.kept_encoders import keep_experiment_encoders, restore_experiment_encoders
 from experiments.runner import CellCheck
 
 __all__ = ["COMMANDS", "add_run_options", "run_checks"]
@@ -66,6 +67,14 @@ def _main_records(argv: Sequence[str], command: str) -> int:
             "seed, the plan's preset, the commit of the checkout that ran it, SHA-256), written again only when "
             "its encoder.pt changed",
         )
+    else:
+        parser.add_argument(
+            "--encoders",
+            type=Path,
+            help="also put back each finished pre-training's encoder.pt from its card in this folder (kept with "
+            "'keep --encoders'): float32 from bfloat16, recorded in its status and progress.log, so that the run "
+            "goes on without pre-training again",
+        )
     args = parser.parse_args(argv)
     copy = records.keep if command == "keep" else records.restore
     try:
@@ -73,10 +82,16 @@ def _main_records(argv: Sequence[str], command: str) -> int:
     except (FileNotFoundError, FileExistsError) as error:
         parser.error(str(error))
     print(f"{command}: {count} records from {args.source} to {args.target}")
-    if getattr(args, "encoders", None):
+    if args.encoders and command == "keep":
         preset = json.loads((args.source / "plan.json").read_text())["preset"]["name"]
         kept = keep_experiment_encoders(args.source, args.encoders, preset, records.plan_checkout(args.source))
         print(f"keep: {len(kept)} encoders of {args.source} in {args.encoders}")
+    elif args.encoders:
+        try:
+            restored = restore_experiment_encoders(args.target, args.encoders)
+        except ValueError as error:
+            parser.error(str(error))
+        print(f"restore: {len(restored)} encoders from {args.encoders} to {args.target}")
     return 0
 
 

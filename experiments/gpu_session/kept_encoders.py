@@ -6,7 +6,10 @@ machine without pre-training again (docs/protocol_gpu_seeds.md, amendment 1).
 
 On the device they are written into the work folder's ``encoders/<experiment>/<pre-training>.pt`` and ``.json``
 (:py:func:`keep_encoders`), which the pack brings back inside its archive; on this side ``--collect`` copies them
-into the run's results folder, ``docs/results/<run>/encoders/`` (:py:func:`collect_encoders`).
+into the run's results folder, ``docs/results/<run>/encoders/`` (:py:func:`collect_encoders`). A CPU experiment
+that spans sessions keeps them with ``python -m experiments keep --encoders`` (:py:func:`keep_experiment_encoders`)
+and, on a new machine, puts them back as its pre-trainings' ``encoder.pt`` with ``restore --encoders``
+(:py:func:`restore_experiment_encoders`) instead of pre-training again.
 """
 
 from __future__ import annotations
@@ -16,14 +19,25 @@ import logging
 import re
 import shutil
 import subprocess
+from datetime import datetime
 from pathlib import Path
 
-from experiments.fingerprints import encoder_hash
-from experiments.status import STATUS_FILE, read_status
-from gcl_monai.networks import keep_encoder
-from gcl_monai.networks.keep import last_probe
+import torch
 
-__all__ = ["ENCODERS", "collect_encoders", "keep_encoders", "keep_experiment_encoders"]
+from experiments.fingerprints import ENCODER_HASH_KEY, encoder_hash
+from experiments.status import STATUS_FILE, read_status, write_status
+from gcl_monai.networks import keep_encoder, restore_encoder
+from gcl_monai.networks.keep import last_probe
+from gcl_monai.utils import atomic_write
+
+__all__ = [
+    "ENCODERS",
+    "RESTORED_KEY",
+    "collect_encoders",
+    "keep_encoders",
+    "keep_experiment_encoders",
+    "restore_experiment_encoders",
+]
 
 logger = logging.getLogger("experiments")
 
@@ -31,6 +45,8 @@ logger = logging.getLogger("experiments")
 ENCODERS = "encoders"
 #: a pre-training's folder name: ``<method>``, or ``<method>_p<pre-training seed>``
 _PRETRAIN_NAME = re.compile(r"^(?P<method>.+?)(?:_p(?P<seed>\d+))?$")
+#: the status key of a pre-training whose ``encoder.pt`` was put back from its kept bfloat16 card
+RESTORED_KEY = "encoder_restored"
 
 
 def _commit(checkout: Path | None) -> str | None:
@@ -102,6 +118,55 @@ def keep_experiment_encoders(experiment: Path, into: Path, budget: str, checkout
                 continue
         kept.append(out)
     return kept
+
+
+def restore_experiment_encoders(experiment: Path, encoders: Path) -> list[Path]:
+    """
+    Puts back the encoder of each finished pre-training of the experiment folder ``experiment`` (records restored on
+    a new machine: statuses, no weights) from its card in ``encoders`` (:py:func:`keep_experiment_encoders`): float32
+    again from bfloat16 (:py:func:`gcl_monai.networks.restore_encoder`; each weight within 2^-9 of its value), so that
+    a rerun of the experiment's command takes the pre-training as done and fine-tunes the cells left from it instead
+    of pre-training again (which takes as long as the first time and need not give the same bytes on another CPU).
+    The status records it under :py:data:`RESTORED_KEY` (the card, the stored dtype, the written file's SHA-256,
+    the time) and a line goes to the experiment's ``progress.log``, so that the cells that loaded the rounded weights
+    can be told from those that loaded the first ones. A pre-training with its ``encoder.pt`` on this machine, not
+    finished, or without a card is left as it is.
+
+    Returns:
+        the ``encoder.pt`` files written.
+
+    Raises:
+        ValueError: naming the card and the status, when the card was kept of another encoder than the one the
+            status fingerprinted (``encoder_sha256``), or the status has no fingerprint to check it against; and
+            :py:func:`~gcl_monai.networks.restore_encoder`'s refusals (weights that changed, another card version).
+    """
+    experiment, encoders = Path(experiment), Path(encoders)
+    written = []
+    for status_file in sorted(experiment.glob(f"pretrain/*/{STATUS_FILE}")):
+        folder = status_file.parent
+        status, encoder, card_file = read_status(folder), folder / "encoder.pt", encoders / f"{folder.name}.json"
+        if status.get("status") != "finished" or encoder.exists() or not card_file.exists():
+            continue
+        card = json.loads(card_file.read_text())
+        recorded = status.get(ENCODER_HASH_KEY)
+        if recorded is None or card.get("encoder_sha256") != recorded:
+            raise ValueError(
+                f"{card_file} was kept of the encoder with sha256 {card.get('encoder_sha256')}, but {status_file} "
+                f"fingerprints {recorded}: not the encoder this pre-training made."
+            )
+        with atomic_write(encoder) as partial:
+            torch.save(restore_encoder(card_file), partial)
+        at = datetime.now()
+        restored = {"card": card_file.name, "stored_dtype": card["stored_dtype"], "sha256": encoder_hash(encoder)}
+        write_status(folder, {**status, RESTORED_KEY: {**restored, "at": at.isoformat(timespec="seconds")}})
+        stamp = f"{at:%Y-%m-%d %H:%M:%S},{at.microsecond // 1000:03d}"  # as the run's own lines
+        with (experiment / "progress.log").open("a") as log:
+            log.write(
+                f"{stamp} - INFO - pretrain {folder.name}: encoder.pt restored from the kept {card['stored_dtype']} "
+                f"card {card_file.name} (sha256 {restored['sha256']}); the cells that start from here on load it\n"
+            )
+        written.append(encoder)
+    return written
 
 
 def collect_encoders(work: Path, into: Path) -> list[Path]:

@@ -1322,3 +1322,59 @@ def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypa
         assert {r["status"] for r in rows} == {"ok"} and len({r["run_dir"] for r in rows}) == 2
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+def test_a_run_on_a_new_machine_goes_on_from_its_kept_encoders(tmp_path, monkeypatch):
+    """
+    ``keep --encoders`` on machine A, ``restore --encoders`` on machine B: the finished pre-training's encoder.pt is
+    put back from its bfloat16 card (float32, each weight rounded to bfloat16), its status and the progress log say
+    so, and a second draw's cell fine-tunes from it without pre-training again; a card of another encoder than the
+    one the status fingerprinted is refused, naming both.
+    """
+    from experiments.gpu_session.kept_encoders import RESTORED_KEY
+
+    def checkout(name: str) -> Path:
+        root = tmp_path / name
+        shutil.copytree(Path(__file__).parents[2] / "bundles" / "gcl_demo", root / "bundles" / "gcl_demo")
+        monkeypatch.chdir(root)
+        return root
+
+    def argv(*extra: str) -> list[str]:
+        options = ("--methods", "simclr", "--num-labeled", "1", "--pretrain-epochs", "1", "--finetune-iterations", "4")
+        return [*_phantom_argv(Path("results"), "run", *options, *extra), "--bundle-dir", "bundles"]
+
+    machine_a = checkout("a")
+    assert main(argv("--repeats", "1")) == 0
+    first = torch.load(machine_a / "results" / "run" / "pretrain" / "simclr" / "encoder.pt", weights_only=True)
+    kept, cards = tmp_path / "kept.tar.xz", tmp_path / "encoders"
+    assert main(["keep", "results/run", str(kept), "--encoders", str(cards)]) == 0
+
+    machine_b = checkout("b")
+    assert main(["restore", str(kept), "results/run", "--encoders", str(cards)]) == 0
+    run = machine_b / "results" / "run"
+    restored = torch.load(run / "pretrain" / "simclr" / "encoder.pt", weights_only=True)
+    assert restored.keys() == first.keys()
+    assert all(
+        restored[k].dtype == v.dtype and torch.equal(restored[k], v.to(torch.bfloat16).to(v.dtype))
+        for k, v in first.items()
+    )
+    status = read_status(run / "pretrain" / "simclr")
+    assert status[RESTORED_KEY]["card"] == "simclr.json" and status[RESTORED_KEY]["stored_dtype"] == "bfloat16"
+    assert status[RESTORED_KEY]["sha256"] == encoder_hash(run / "pretrain" / "simclr" / "encoder.pt")
+    assert status[ENCODER_HASH_KEY] != status[RESTORED_KEY]["sha256"]  # the first encoder's fingerprint stays
+
+    assert main(argv("--repeats", "2")) == 0
+    log = (run / "progress.log").read_text()
+    assert "pretrain simclr: encoder.pt restored from the kept bfloat16 card simclr.json" in log
+    after = log.split("Experiment run:")[-1]
+    assert "pretrain simclr: already finished, skipped" in after
+    assert sum("finetune" in line and ": starting" in line for line in after.splitlines()) == 1  # the second draw
+    assert read_status(run / "pretrain" / "simclr") == status  # not pre-trained again
+
+    shutil.rmtree(machine_b / "results")
+    card = json.loads((cards / "simclr.json").read_text())
+    (cards / "simclr.json").write_text(json.dumps({**card, "encoder_sha256": "0" * 64}))
+    with pytest.raises(SystemExit):
+        main(["restore", str(kept), "results/run", "--encoders", str(cards)])
+    assert not (machine_b / "results" / "run" / "pretrain" / "simclr" / "encoder.pt").exists()

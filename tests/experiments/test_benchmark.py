@@ -1216,6 +1216,19 @@ def test_a_new_bundle_setting_is_registered_so_that_recorded_cells_stay_valid():
             assert not new, f"{path}: {new} are new settings: register them in ADDED_LATER or IGNORED_KEYS."
 
 
+def _machine_checkout(root: Path, monkeypatch) -> Path:
+    """A machine's checkout at ``root``: the demo bundle, the working directory its root (as the runs are made)."""
+    shutil.copytree(Path(__file__).parents[2] / "bundles" / "gcl_demo", root / "bundles" / "gcl_demo")
+    monkeypatch.chdir(root)
+    return root
+
+
+def _simclr_run_argv(*extra: str) -> list[str]:
+    """A SimCLR run on the phantom, as small as it goes (one pre-training epoch, 4 fine-tuning iterations, L = 1)."""
+    options = ("--methods", "simclr", "--num-labeled", "1", "--pretrain-epochs", "1", "--finetune-iterations", "4")
+    return [*_phantom_argv(Path("results"), "run", *options, *extra), "--bundle-dir", "bundles"]
+
+
 @pytest.mark.slow
 def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypatch, capsys):
     """
@@ -1227,15 +1240,10 @@ def test_a_run_goes_on_from_its_kept_records_on_a_new_machine(tmp_path, monkeypa
     from experiments.gpu_session.records import record_files
     from gcl_monai.bundle import ensure_phantom
 
-    def checkout(name: str) -> Path:  # a machine's checkout: the demo bundle, run from the checkout's root
-        root = tmp_path / name
-        shutil.copytree(Path(__file__).parents[2] / "bundles" / "gcl_demo", root / "bundles" / "gcl_demo")
-        monkeypatch.chdir(root)
-        return root
+    def checkout(name: str) -> Path:
+        return _machine_checkout(tmp_path / name, monkeypatch)
 
-    def argv(*extra: str) -> list[str]:
-        options = ("--methods", "simclr", "--num-labeled", "1", "--pretrain-epochs", "1", "--finetune-iterations", "4")
-        return [*_phantom_argv(Path("results"), "run", *options, *extra), "--bundle-dir", "bundles"]
+    argv = _simclr_run_argv
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -1335,14 +1343,9 @@ def test_a_run_on_a_new_machine_goes_on_from_its_kept_encoders(tmp_path, monkeyp
     from experiments.gpu_session.kept_encoders import RESTORED_KEY
 
     def checkout(name: str) -> Path:
-        root = tmp_path / name
-        shutil.copytree(Path(__file__).parents[2] / "bundles" / "gcl_demo", root / "bundles" / "gcl_demo")
-        monkeypatch.chdir(root)
-        return root
+        return _machine_checkout(tmp_path / name, monkeypatch)
 
-    def argv(*extra: str) -> list[str]:
-        options = ("--methods", "simclr", "--num-labeled", "1", "--pretrain-epochs", "1", "--finetune-iterations", "4")
-        return [*_phantom_argv(Path("results"), "run", *options, *extra), "--bundle-dir", "bundles"]
+    argv = _simclr_run_argv
 
     machine_a = checkout("a")
     assert main(argv("--repeats", "1")) == 0

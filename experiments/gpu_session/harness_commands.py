@@ -90,7 +90,7 @@ def _main_records(argv: Sequence[str], command: str) -> int:
         try:
             restored = restore_experiment_encoders(args.target, args.encoders)
         except ValueError as error:
-            parser.error(str(error))
+            parser.error(f"{error} The records are restored in {args.target}: remove it to restore again.")
         print(f"restore: {len(restored)} encoders from {args.encoders} to {args.target}")
     return 0
 

@@ -189,9 +189,9 @@ def _paper_width_travel(checkout: int, terms: SessionTerms = TERMS) -> tuple[boo
     """
     Whether the calls of a second session of a GPU run at the paper's width are each within ``terms.tree_bytes``, and
     the plan that says so or why none does: the ACDC payload cut to the fine-tuning's patients (as measured,
-    docs/gpu_run.md) in as few parts as fit (:py:func:`experiments.gpu_session.terms.session_calls`), each call but
-    the last carrying this checkout and one part, the last the checkout, the wheels, the carry (the two finished
-    encoders as bfloat16, their parameters counted here), its part, the manifest and 1 MiB of results.
+    docs/gpu_run.md) in as few parts as fit (:py:func:`experiments.gpu_session.terms.session_calls`): the first call
+    carries this checkout, the carry (the two finished encoders as bfloat16, their parameters counted here) and one
+    part, each later one the checkout and one part, the last also the wheels, the manifest and 1 MiB of results.
     """
     network = BasicUNet(spatial_dims=2, in_channels=1, out_channels=4, features=PAPER.common["features"])
     encoder = sum(v.numel() for k, v in network.state_dict().items() if k.startswith(ENCODER_PREFIXES))
@@ -303,7 +303,8 @@ def rehearse(out: Path, data_root: str | None = None, terms: SessionTerms = TERM
     )
     run.check(
         "at the paper's width, a second session's calls (the checkout with the ACDC payload cut to the fine-tuning's "
-        "patients in parts, the last call with the wheels, the two encoders and results) are each within the limit",
+        "patients in parts, the first call with the two encoders, the last with the wheels and results) are each "
+        "within the limit",
         *_paper_width_travel(sizes["total"], terms),
     )
     shutil.rmtree(machine_a)  # the machine went back with its disk: nothing of it but the carry reaches B

@@ -338,9 +338,11 @@ def main_protocol(argv: Sequence[str]) -> int:
         SCOPES,
         Design,
         analyse,
+        analysis_stem,
         select_pretrain_seeds,
         write_analysis,
     )
+    from experiments.study.restored import restored_cells, write_sensitivity
 
     parser = argparse.ArgumentParser(
         prog=f"{PROG} protocol",
@@ -421,12 +423,19 @@ def main_protocol(argv: Sequence[str]) -> int:
     design = Design(seeds=len(seeds), draws=presets[0]["repeats"])
     try:
         results = analyse(rows, comparisons, design, args.scope)
+        restored = restored_cells(folders)
     except ValueError as error:
         parser.error(f"{folders[0]}: {error}")
     out_dir = args.out_dir or folders[0]
     out_dir.mkdir(parents=True, exist_ok=True)
-    _, md = write_analysis(results, out_dir, args.test_set, args.scope, registration.document)
+    document = registration.document
+    _, md = write_analysis(results, out_dir, args.test_set, args.scope, document, notes=restored.lines())
     print(md.read_text())
+    if restored.mixed:  # docs/protocol_converged.md, amendment 5
+        primary = [c for c in comparisons if c.family == "primary"]
+        sensitivity = analyse(restored.without(rows), primary, design, args.scope)
+        _, md = write_sensitivity(sensitivity, restored, out_dir, analysis_stem(args.test_set, args.scope), document)
+        print(md.read_text())
     return 0
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "ENCODERS",
     "RESTORED_KEY",
     "collect_encoders",
+    "finished_cells",
     "keep_encoders",
     "keep_experiment_encoders",
     "restore_experiment_encoders",
@@ -128,9 +129,11 @@ def restore_experiment_encoders(experiment: Path, encoders: Path) -> list[Path]:
     a rerun of the experiment's command takes the pre-training as done and fine-tunes the cells left from it instead
     of pre-training again (which takes as long as the first time and need not give the same bytes on another CPU).
     The status records it under :py:data:`RESTORED_KEY` (the card, the stored dtype, the written file's SHA-256,
-    the time) and a line goes to the experiment's ``progress.log``, so that the cells that loaded the rounded weights
-    can be told from those that loaded the first ones. A pre-training with its ``encoder.pt`` on this machine, not
-    finished, or without a card is left as it is.
+    the time, and ``cells_finished``: the experiment's fine-tuning cells already finished, which loaded the first
+    weights) and a line goes to the experiment's ``progress.log``, so that the cells that loaded the rounded weights
+    can be told from those that loaded the first ones (:py:mod:`experiments.study.restored`; the records carry no
+    checkpoint, so a cell left unfinished starts again from the restored encoder). A pre-training with its
+    ``encoder.pt`` on this machine, not finished, or without a card is left as it is.
 
     Returns:
         the ``encoder.pt`` files written.
@@ -141,6 +144,7 @@ def restore_experiment_encoders(experiment: Path, encoders: Path) -> list[Path]:
             :py:func:`~gcl_monai.networks.restore_encoder`'s refusals (weights that changed, another card version).
     """
     experiment, encoders = Path(experiment), Path(encoders)
+    finished = finished_cells(experiment)
     written = []
     for status_file in sorted(experiment.glob(f"pretrain/*/{STATUS_FILE}")):
         folder = status_file.parent
@@ -157,8 +161,14 @@ def restore_experiment_encoders(experiment: Path, encoders: Path) -> list[Path]:
         with atomic_write(encoder) as partial:
             torch.save(restore_encoder(card_file), partial)
         at = datetime.now()
-        restored = {"card": card_file.name, "stored_dtype": card["stored_dtype"], "sha256": encoder_hash(encoder)}
-        write_status(folder, {**status, RESTORED_KEY: {**restored, "at": at.isoformat(timespec="seconds")}})
+        restored = {
+            "card": card_file.name,
+            "stored_dtype": card["stored_dtype"],
+            "sha256": encoder_hash(encoder),
+            "at": at.isoformat(timespec="seconds"),
+            "cells_finished": finished,
+        }
+        write_status(folder, {**status, RESTORED_KEY: restored})
         stamp = f"{at:%Y-%m-%d %H:%M:%S},{at.microsecond // 1000:03d}"  # as the run's own lines
         with (experiment / "progress.log").open("a") as log:
             log.write(
@@ -167,6 +177,15 @@ def restore_experiment_encoders(experiment: Path, encoders: Path) -> list[Path]:
             )
         written.append(encoder)
     return written
+
+
+def finished_cells(experiment: Path) -> list[str]:
+    """The names of the experiment folder's fine-tuning cells whose status says finished."""
+    return sorted(
+        f.parent.name
+        for f in Path(experiment).glob(f"finetune/*/{STATUS_FILE}")
+        if read_status(f.parent).get("status") == "finished"
+    )
 
 
 def collect_encoders(work: Path, into: Path) -> list[Path]:

@@ -42,6 +42,7 @@ __all__ = [
     "Design",
     "Registration",
     "analyse",
+    "analysis_stem",
     "control_resolved",
     "difference_table",
     "goal_reading",
@@ -264,19 +265,27 @@ _TITLES = {
 }
 
 
+def analysis_stem(test_set: str = "test", scope: str = "method") -> str:
+    """The name of an analysis's files: ``protocol_analysis[_<test_set>]`` (``scope`` ``encoder``:
+    ``encoder_analysis[_<test_set>]``)."""
+    name = _TITLES[scope][0]
+    return name if test_set == "test" else f"{name}_{test_set}"
+
+
 def write_analysis(
     results: Sequence[Mapping[str, Any]],
     folder: Path,
     test_set: str = "test",
     scope: str = "method",
     document: str = REGISTRATIONS["protocol"].document,
+    notes: Sequence[str] = (),
 ) -> tuple[Path, Path]:
-    """``protocol_analysis[_<test_set>]`` (``scope`` ``encoder``: ``encoder_analysis[_<test_set>]``) ``.csv``, one
-    row per comparison, and ``.md`` in ``folder``, titled with the ``document`` that registers the analysis."""
+    """:func:`analysis_stem` ``.csv``, one row per comparison, and ``.md`` in ``folder``, titled with the
+    ``document`` that registers the analysis; ``notes``: lines of the report between its preamble and its table."""
     rows = [_row(r) for r in results]
-    name, title, intervals = _TITLES[scope]
+    _, title, intervals = _TITLES[scope]
     title = title.format(document=document)
-    stem = name if test_set == "test" else f"{name}_{test_set}"
+    stem = analysis_stem(test_set, scope)
     csv_path = Path(folder) / f"{stem}.csv"
     with csv_path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)), restval="")
@@ -299,6 +308,7 @@ def write_analysis(
         "with p = 1 and is not resolved). Goal: the project's goal for the difference, met when the lower bound is "
         "at or above it, excluded when the upper bound is below it, open otherwise.",
         "",
+        *notes,
     ]
     lines += markdown_table(["family", "comparison", "L", "difference", "Holm p", "verdict", "goal"], body)
     md_path = Path(folder) / f"{stem}.md"

@@ -1341,6 +1341,7 @@ def test_a_run_on_a_new_machine_goes_on_from_its_kept_encoders(tmp_path, monkeyp
     one the status fingerprinted is refused, naming both.
     """
     from experiments.gpu_session.kept_encoders import RESTORED_KEY
+    from experiments.study.restored import RestoredCells, restored_cells
 
     def checkout(name: str) -> Path:
         return _machine_checkout(tmp_path / name, monkeypatch)
@@ -1350,6 +1351,8 @@ def test_a_run_on_a_new_machine_goes_on_from_its_kept_encoders(tmp_path, monkeyp
     machine_a = checkout("a")
     assert main(argv("--repeats", "1")) == 0
     first = torch.load(machine_a / "results" / "run" / "pretrain" / "simclr" / "encoder.pt", weights_only=True)
+    first_cells = sorted(p.name for p in (machine_a / "results" / "run" / "finetune").iterdir())
+    assert "simclr_L1_d0_s0" in first_cells
     kept, cards = tmp_path / "kept.tar.xz", tmp_path / "encoders"
     assert main(["keep", "results/run", str(kept), "--encoders", str(cards)]) == 0
 
@@ -1366,6 +1369,7 @@ def test_a_run_on_a_new_machine_goes_on_from_its_kept_encoders(tmp_path, monkeyp
     assert status[RESTORED_KEY]["card"] == "simclr.json" and status[RESTORED_KEY]["stored_dtype"] == "bfloat16"
     assert status[RESTORED_KEY]["sha256"] == encoder_hash(run / "pretrain" / "simclr" / "encoder.pt")
     assert status[ENCODER_HASH_KEY] != status[RESTORED_KEY]["sha256"]  # the first encoder's fingerprint stays
+    assert status[RESTORED_KEY]["cells_finished"] == first_cells
 
     assert main(argv("--repeats", "2")) == 0
     log = (run / "progress.log").read_text()
@@ -1374,6 +1378,8 @@ def test_a_run_on_a_new_machine_goes_on_from_its_kept_encoders(tmp_path, monkeyp
     assert "pretrain simclr: already finished, skipped" in after
     assert sum("finetune" in line and ": starting" in line for line in after.splitlines()) == 1  # the second draw
     assert read_status(run / "pretrain" / "simclr") == status  # not pre-trained again
+    # amendment 5 of docs/protocol_converged.md: the analysis names the second draw's cell, and simclr's are mixed
+    assert restored_cells([run]) == RestoredCells(cells={"simclr": ("simclr_L1_d1_s1",)}, mixed=("simclr",))
 
     shutil.rmtree(machine_b / "results")
     card = json.loads((cards / "simclr.json").read_text())

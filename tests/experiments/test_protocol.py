@@ -380,6 +380,94 @@ def test_the_converged_analysis_reads_the_rows_scored_on_the_original_labels(tmp
     assert not (folder / "protocol_analysis.csv").exists()
 
 
+def _restored_experiment(tmp_path, restored_draws, finished_before):
+    """docs/protocol_converged.md's design (3 seeds x 8 draws at L = 2, ``test_input`` rows) whose pre-training
+    ``gcl_p2`` was restored from its card when ``finished_before`` (cell names) had finished; its cells on
+    ``restored_draws`` score 0.04 more (the restored encoder's), every other lift as in the registered test above."""
+    from experiments.gpu_session.kept_encoders import RESTORED_KEY
+    from experiments.status import write_status
+
+    def cell(method, d, s):
+        suffix = f"_p{s}" if s else ""
+        return {
+            "run_dir": f"/machine/results/converged/finetune/{method}_L2_d{d}_s{d}{suffix}",
+            "test_set": "test_input",
+        }
+
+    rows = [{**_row("random", d, 0.5 + 0.01 * d), **cell("random", d, 0)} for d in range(8)]
+    for m, lift in (("gcl", 0.05), ("simclr", 0.03), ("supervised_encoder", 0.08)):
+        for s in (0, 1, 2):
+            for d in range(8):
+                extra = 0.04 if (m, s) == ("gcl", 2) and d in restored_draws else 0.0
+                rows.append({**_row(m, d, 0.5 + lift + 0.01 * d + 0.01 * s + extra, pretrain_seed=s), **cell(m, d, s)})
+    folder = _write_experiment(tmp_path, "converged", [0, 1, 2], rows, repeats=8)
+    for name in ("gcl", "gcl_p1", "gcl_p2"):
+        (folder / "pretrain" / name).mkdir(parents=True)
+        status = {"status": "finished", "encoder_sha256": "a" * 64}
+        if name == "gcl_p2":
+            status[RESTORED_KEY] = {"card": "gcl_p2.json", "cells_finished": finished_before}
+        write_status(folder / "pretrain" / name, status)
+    return folder
+
+
+def test_the_report_names_the_cells_of_a_restored_encoder_and_analyses_without_them(tmp_path, capsys):
+    """Amendment 5 of docs/protocol_converged.md: gcl_p2 restored on a new machine after its draws 0-3 finished; its
+    draws 4-7 ran from the restored encoder (scored 0.04 higher here). The registered analysis is unchanged and names
+    those four cells; the sensitivity analysis gives the primary comparisons without them, over draws 0-3 (a draw
+    enters only where every seed has it), by hand: GCL - random 0.05 + 0.01 x mean seed = 0.06, GCL - SimCLR 0.02."""
+    from experiments.__main__ import main
+
+    finished_before = [f"gcl_L2_d{d}_s{d}_p2" for d in range(4)] + ["random_L2_d0_s0", "simclr_L2_d0_s0"]
+    folder = _restored_experiment(tmp_path, range(4, 8), finished_before)
+    argv = ["protocol", "--name", "converged", "--results-dir", str(tmp_path), "--registration", "converged"]
+    assert main([*argv, "--test-set", "test_input"]) == 0
+    analysis = {
+        (r["method"], r["baseline"]): r for r in csv.DictReader(open(folder / "protocol_analysis_test_input.csv"))
+    }
+    # the registered analysis keeps every cell: 0.06 + 0.04 x 4 / 24 and 0.02 + 0.04 x 4 / 24
+    assert float(analysis[("gcl", "random")]["mean"]) == pytest.approx(0.06 + 0.04 / 6)
+    assert float(analysis[("gcl", "simclr")]["mean"]) == pytest.approx(0.02 + 0.04 / 6)
+    named = ", ".join(f"gcl_L2_d{d}_s{d}_p2" for d in range(4, 8))
+    report = (folder / "protocol_analysis_test_input.md").read_text()
+    assert f"`gcl_p2`: {named}. Pre-trainings whose cells include both kinds: `gcl_p2`." in report
+
+    sensitivity = list(csv.DictReader(open(folder / "protocol_analysis_test_input_without_restored.csv")))
+    assert [(r["method"], r["baseline"]) for r in sensitivity] == [("gcl", "random"), ("gcl", "simclr")]
+    assert [float(r["mean"]) for r in sensitivity] == pytest.approx([0.06, 0.02])
+    assert all(
+        (r["seeds"], r["draws"], r["missing"]) == ("3", "4", "incomplete: S = 3 of 3, D = 4 of 8") for r in sensitivity
+    )
+    text = (folder / "protocol_analysis_test_input_without_restored.md").read_text()
+    assert "Not a further test" in text and named in text and "Holm" not in text and "resolved" not in text
+    assert "without the cells fine-tuned from a restored encoder" in capsys.readouterr().out
+
+
+def test_a_pretraining_whose_cells_all_ran_from_its_restored_encoder_is_named_without_a_sensitivity_analysis(
+    tmp_path,
+):
+    """Restored before any of its cells finished: every gcl_p2 cell loaded the restored encoder, so they are named,
+    but no pre-training's cells are mixed and there is nothing to leave out against (amendment 5)."""
+    from experiments.__main__ import main
+
+    folder = _restored_experiment(tmp_path, range(8), ["random_L2_d0_s0"])
+    argv = ["protocol", "--name", "converged", "--results-dir", str(tmp_path), "--registration", "converged"]
+    assert main([*argv, "--test-set", "test_input"]) == 0
+    report = (folder / "protocol_analysis_test_input.md").read_text()
+    assert "both kinds: none." in report and "gcl_L2_d0_s0_p2, gcl_L2_d1_s1_p2" in report
+    assert not (folder / "protocol_analysis_test_input_without_restored.csv").exists()
+
+
+def test_an_analysis_without_a_restore_says_nothing_of_one(tmp_path):
+    """No pre-training restored (rows without run_dir, as the harness wrote before it existed): no paragraph."""
+    from experiments.study.restored import RestoredCells, restored_cells
+
+    folder = _write_experiment(tmp_path, "plain", [0], [_row("random", 0, 0.5), _row("gcl", 0, 0.6, pretrain_seed=0)])
+    (folder / "pretrain" / "gcl").mkdir(parents=True)
+    (folder / "pretrain" / "gcl" / "benchmark.json").write_text(json.dumps({"status": "finished"}))
+    assert restored_cells([folder]) == RestoredCells(cells={}, mixed=())
+    assert RestoredCells(cells={}, mixed=()).lines() == []
+
+
 def test_the_amended_protocol_registers_one_l_and_the_replication_keeps_both():
     """docs/protocol.md amendment 5: two primary and two secondary comparisons at the primary L; docs/protocol_gpu.md
     (registered before the amendment, on other runs) keeps its six, at L = 2 and 1, without the control."""

@@ -4,15 +4,32 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
 from experiments.experiment import FinetuneCell, PretrainCell
 from experiments.status import read_status
 
-__all__ = ["Progress", "hms", "recorded_seconds"]
+__all__ = ["Progress", "hms", "logged_to", "recorded_seconds"]
 
 logger = logging.getLogger("experiments")
+
+
+@contextmanager
+def logged_to(log_file: Path) -> Iterator[None]:
+    """Within it, the experiments' log (at INFO and above) also goes to ``log_file``, one line each: the time, the
+    level, the message (an experiment's ``progress.log``)."""
+    handler = logging.FileHandler(log_file)
+    handler.setFormatter(logging.Formatter("%(asctime)s - %(levelname)s - %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
 
 
 class Progress:
@@ -31,20 +48,16 @@ class Progress:
         self.remaining = set(range(len(cells)))
         self.start = time.time()
         self.log_file = log_file
-        self.handler: logging.Handler | None = None
+        self.logging = logged_to(log_file)
 
     def __enter__(self) -> Progress:
-        self.handler = logging.FileHandler(self.log_file)
-        self.handler.setFormatter(logging.Formatter("%(asctime)s - %(levelname)s - %(message)s"))
-        logger.addHandler(self.handler)
-        logger.setLevel(logging.INFO)
+        self.logging.__enter__()
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        logger.removeHandler(self.handler)
-        self.handler.close()
+        self.logging.__exit__(kind, error, traceback)
 
     @staticmethod
     def kind(cell: PretrainCell | FinetuneCell) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from experiments.fingerprints import ENCODER_HASH_KEY, encoder_hash
+from experiments.progress import logged_to
 from experiments.status import STATUS_FILE, read_status, write_status
 from gcl_monai.networks import keep_encoder, restore_encoder
 from gcl_monai.networks.keep import last_probe
@@ -169,11 +170,14 @@ def restore_experiment_encoders(experiment: Path, encoders: Path) -> list[Path]:
             "cells_finished": finished,
         }
         write_status(folder, {**status, RESTORED_KEY: restored})
-        stamp = f"{at:%Y-%m-%d %H:%M:%S},{at.microsecond // 1000:03d}"  # as the run's own lines
-        with (experiment / "progress.log").open("a") as log:
-            log.write(
-                f"{stamp} - INFO - pretrain {folder.name}: encoder.pt restored from the kept {card['stored_dtype']} "
-                f"card {card_file.name} (sha256 {restored['sha256']}); the cells that start from here on load it\n"
+        with logged_to(experiment / "progress.log"):
+            logger.info(
+                "pretrain %s: encoder.pt restored from the kept %s card %s (sha256 %s); the cells that start from "
+                "here on load it",
+                folder.name,
+                card["stored_dtype"],
+                card_file.name,
+                restored["sha256"],
             )
         written.append(encoder)
     return written

@@ -123,12 +123,12 @@ def write_sensitivity(
     rows = []
     for r in results:
         c, d = r["comparison"], r["difference"]
-        interval = {k: getattr(d, k) for k in ("mean", "low", "high", "df", "seeds", "draws")} if d else {}
+        interval = {k: getattr(d, k) if d else "" for k in ("mean", "low", "high", "df", "seeds", "draws")}
         rows.append({"method": c.method, "baseline": c.baseline, "num_labeled": c.num_labeled, **interval})
         rows[-1]["missing"] = r["missing"]
     csv_path = Path(folder) / f"{stem}_without_restored.csv"
     with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)), restval="")
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     body = [

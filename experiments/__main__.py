@@ -408,7 +408,8 @@ def main_protocol(argv: Sequence[str]) -> int:
     seeds = [s for p in presets for s in p["pretrain_seeds"]]
     if len(set(seeds)) < len(seeds):
         parser.error(f"a pre-training seed appears in more than one experiment: {seeds}.")
-    rows = [row for folder in folders for row in read_results(folder / "results.csv")]
+    rows_of = {folder: read_results(folder / "results.csv") for folder in folders}
+    rows = [row for folder_rows in rows_of.values() for row in folder_rows]
     keys = [(r["method"], r["num_labeled"], r["draw"], r.get("pretrain_seed", ""), r["test_set"]) for r in rows]
     if len(set(keys)) < len(keys):
         parser.error(
@@ -423,7 +424,7 @@ def main_protocol(argv: Sequence[str]) -> int:
     design = Design(seeds=len(seeds), draws=presets[0]["repeats"])
     try:
         results = analyse(rows, comparisons, design, args.scope)
-        restored = restored_cells(folders)
+        restored = restored_cells(rows_of)
     except ValueError as error:
         parser.error(f"{folders[0]}: {error}")
     out_dir = args.out_dir or folders[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
 
@@ -48,16 +48,16 @@ class Progress:
         self.remaining = set(range(len(cells)))
         self.start = time.time()
         self.log_file = log_file
-        self.logging = logged_to(log_file)
+        self.logging = ExitStack()
 
     def __enter__(self) -> Progress:
-        self.logging.__enter__()
+        self.logging.enter_context(logged_to(self.log_file))
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        self.logging.__exit__(kind, error, traceback)
+        self.logging.close()
 
     @staticmethod
     def kind(cell: PretrainCell | FinetuneCell) -> str:

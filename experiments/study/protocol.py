@@ -49,6 +49,7 @@ __all__ = [
     "protocol_comparisons",
     "select_pretrain_seeds",
     "write_analysis",
+    "write_csv",
 ]
 
 
@@ -265,6 +266,16 @@ _TITLES = {
 }
 
 
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """``rows`` to the CSV file ``path``, its columns every key of the rows in their first order (a row without one
+    leaves it empty); returns ``path``."""
+    with Path(path).open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)), restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    return Path(path)
+
+
 def analysis_stem(test_set: str = "test", scope: str = "method") -> str:
     """The name of an analysis's files: ``protocol_analysis[_<test_set>]`` (``scope`` ``encoder``:
     ``encoder_analysis[_<test_set>]``)."""
@@ -286,11 +297,7 @@ def write_analysis(
     _, title, intervals = _TITLES[scope]
     title = title.format(document=document)
     stem = analysis_stem(test_set, scope)
-    csv_path = Path(folder) / f"{stem}.csv"
-    with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)), restval="")
-        writer.writeheader()
-        writer.writerows(rows)
+    csv_path = write_csv(Path(folder) / f"{stem}.csv", rows)
     body = []
     for r in results:
         c, d = r["comparison"], r["difference"]

@@ -9,7 +9,6 @@ comparisons without them (:func:`write_sensitivity`): a sensitivity analysis, no
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +17,10 @@ from typing import Any
 from experiments.experiment import pretrain_name
 from experiments.gpu_session.kept_encoders import RESTORED_KEY
 from experiments.presets import METHODS
-from experiments.report import finished_row, markdown_table, read_results
+from experiments.report import finished_row, markdown_table
 from experiments.status import STATUS_FILE, read_status
 from experiments.study.intervals import SeedAwareDifference
+from experiments.study.protocol import write_csv
 
 __all__ = ["RestoredCells", "restored_cells", "write_sensitivity"]
 
@@ -67,12 +67,12 @@ def _pretraining(row: Mapping[str, Any]) -> str | None:
     return None if owner is None else pretrain_name(owner, 0 if seed in ("", None) else int(seed))
 
 
-def restored_cells(experiments: Sequence[Path]) -> RestoredCells:
+def restored_cells(experiments: Mapping[Path, Sequence[Mapping[str, Any]]]) -> RestoredCells:
     """
-    The finished cells of the ``experiments`` (folders, each with its ``results.csv``; one pre-training seed in
-    one experiment only) that were fine-tuned from a restored encoder: those of a pre-training whose status records a
-    restore (:py:data:`~experiments.gpu_session.kept_encoders.RESTORED_KEY`) and that had not finished when it was
-    made.
+    The finished cells of the ``experiments`` (each folder with the rows read from its ``results.csv``; one
+    pre-training seed in one experiment only) that were fine-tuned from a restored encoder: those of a pre-training
+    whose status records a restore (:py:data:`~experiments.gpu_session.kept_encoders.RESTORED_KEY`) and that had not
+    finished when it was made.
 
     Raises:
         ValueError: naming the ``results.csv``, when a pre-training was restored but a row of it has no ``run_dir``
@@ -80,14 +80,15 @@ def restored_cells(experiments: Sequence[Path]) -> RestoredCells:
     """
     cells: dict[str, set[str]] = {}
     first: set[str] = set()
-    for experiment in map(Path, experiments):
+    for experiment, rows in experiments.items():
+        experiment = Path(experiment)
         restores = {}
         for status_file in sorted(experiment.glob(f"pretrain/*/{STATUS_FILE}")):
             restore = read_status(status_file.parent).get(RESTORED_KEY)
             if restore is not None:
                 restores[status_file.parent.name] = set(restore["cells_finished"])
         cells.update({p: set() for p in restores})
-        for row in read_results(experiment / "results.csv") if restores else ():
+        for row in rows if restores else ():
             pretraining = _pretraining(row)
             if pretraining not in restores or not finished_row(row):
                 continue
@@ -126,11 +127,7 @@ def write_sensitivity(
         interval = {k: getattr(d, k) if d else "" for k in ("mean", "low", "high", "df", "seeds", "draws")}
         rows.append({"method": c.method, "baseline": c.baseline, "num_labeled": c.num_labeled, **interval})
         rows[-1]["missing"] = r["missing"]
-    csv_path = Path(folder) / f"{stem}_without_restored.csv"
-    with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    csv_path = write_csv(Path(folder) / f"{stem}_without_restored.csv", rows)
     body = [
         [f"{r['comparison'].method} − {r['comparison'].baseline}", str(r["comparison"].num_labeled)]
         + [_interval(r["difference"]), r["missing"] or "complete"]

@@ -1379,7 +1379,8 @@ def test_a_run_on_a_new_machine_goes_on_from_its_kept_encoders(tmp_path, monkeyp
     assert sum("finetune" in line and ": starting" in line for line in after.splitlines()) == 1  # the second draw
     assert read_status(run / "pretrain" / "simclr") == status  # not pre-trained again
     # amendment 5 of docs/protocol_converged.md: the analysis names the second draw's cell, and simclr's are mixed
-    assert restored_cells([run]) == RestoredCells(cells={"simclr": ("simclr_L1_d1_s1",)}, mixed=("simclr",))
+    restored = restored_cells({run: read_results(run / "results.csv")})
+    assert restored == RestoredCells(cells={"simclr": ("simclr_L1_d1_s1",)}, mixed=("simclr",))
 
     shutil.rmtree(machine_b / "results")
     card = json.loads((cards / "simclr.json").read_text())

@@ -459,12 +459,13 @@ def test_a_pretraining_whose_cells_all_ran_from_its_restored_encoder_is_named_wi
 
 def test_an_analysis_without_a_restore_says_nothing_of_one(tmp_path):
     """No pre-training restored (rows without run_dir, as the harness wrote before it existed): no paragraph."""
+    from experiments.report import read_results
     from experiments.study.restored import RestoredCells, restored_cells
 
     folder = _write_experiment(tmp_path, "plain", [0], [_row("random", 0, 0.5), _row("gcl", 0, 0.6, pretrain_seed=0)])
     (folder / "pretrain" / "gcl").mkdir(parents=True)
     (folder / "pretrain" / "gcl" / "benchmark.json").write_text(json.dumps({"status": "finished"}))
-    assert restored_cells([folder]) == RestoredCells(cells={}, mixed=())
+    assert restored_cells({folder: read_results(folder / "results.csv")}) == RestoredCells(cells={}, mixed=())
     assert RestoredCells(cells={}, mixed=()).lines() == []
 
 

@@ -408,7 +408,14 @@ def main_protocol(argv: Sequence[str]) -> int:
     seeds = [s for p in presets for s in p["pretrain_seeds"]]
     if len(set(seeds)) < len(seeds):
         parser.error(f"a pre-training seed appears in more than one experiment: {seeds}.")
+    # each folder's analysed rows (restored_cells names only the pre-trainings they draw on)
     rows_of = {folder: read_results(folder / "results.csv") for folder in folders}
+    if args.pretrain_seeds is not None:
+        absent = sorted(set(args.pretrain_seeds) - set(seeds))
+        if absent or len(set(args.pretrain_seeds)) < len(args.pretrain_seeds):
+            parser.error(f"--pretrain-seeds {args.pretrain_seeds}: the experiments' seeds are {seeds}.")
+        seeds = args.pretrain_seeds
+        rows_of = {folder: select_pretrain_seeds(folder_rows, seeds) for folder, folder_rows in rows_of.items()}
     rows = [row for folder_rows in rows_of.values() for row in folder_rows]
     keys = [(r["method"], r["num_labeled"], r["draw"], r.get("pretrain_seed", ""), r["test_set"]) for r in rows]
     if len(set(keys)) < len(keys):
@@ -416,11 +423,6 @@ def main_protocol(argv: Sequence[str]) -> int:
             "the experiments hold the same cell twice (method, L, draw, pre-training seed): join only "
             "experiments of different pre-training seeds."
         )
-    if args.pretrain_seeds is not None:
-        absent = sorted(set(args.pretrain_seeds) - set(seeds))
-        if absent or len(set(args.pretrain_seeds)) < len(args.pretrain_seeds):
-            parser.error(f"--pretrain-seeds {args.pretrain_seeds}: the experiments' seeds are {seeds}.")
-        seeds, rows = args.pretrain_seeds, select_pretrain_seeds(rows, args.pretrain_seeds)
     design = Design(seeds=len(seeds), draws=presets[0]["repeats"])
     try:
         results = analyse(rows, comparisons, design, args.scope)

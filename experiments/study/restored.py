@@ -69,10 +69,11 @@ def _pretraining(row: Mapping[str, Any]) -> str | None:
 
 def restored_cells(experiments: Mapping[Path, Sequence[Mapping[str, Any]]]) -> RestoredCells:
     """
-    The finished cells of the ``experiments`` (each folder with the rows read from its ``results.csv``; one
-    pre-training seed in one experiment only) that were fine-tuned from a restored encoder: those of a pre-training
-    whose status records a restore (:py:data:`~experiments.gpu_session.kept_encoders.RESTORED_KEY`) and that had not
-    finished when it was made.
+    The finished cells of the ``experiments`` (each folder with the rows of its ``results.csv`` that are analysed;
+    one pre-training seed in one experiment only) that were fine-tuned from a restored encoder: those of a
+    pre-training whose status records a restore (:py:data:`~experiments.gpu_session.kept_encoders.RESTORED_KEY`) and
+    that had not finished when it was made. A restored pre-training none of the rows draws on (a seed left out by
+    ``--pretrain-seeds``) is not named.
 
     Raises:
         ValueError: naming the ``results.csv``, when a pre-training was restored but a row of it has no ``run_dir``
@@ -82,10 +83,11 @@ def restored_cells(experiments: Mapping[Path, Sequence[Mapping[str, Any]]]) -> R
     first: set[str] = set()
     for experiment, rows in experiments.items():
         experiment = Path(experiment)
+        drawn_on = {_pretraining(row) for row in rows}
         restores = {}
         for status_file in sorted(experiment.glob(f"pretrain/*/{STATUS_FILE}")):
             restore = read_status(status_file.parent).get(RESTORED_KEY)
-            if restore is not None:
+            if restore is not None and status_file.parent.name in drawn_on:
                 restores[status_file.parent.name] = set(restore["cells_finished"])
         cells.update({p: set() for p in restores})
         for row in rows if restores else ():

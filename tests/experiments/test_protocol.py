@@ -457,6 +457,25 @@ def test_a_pretraining_whose_cells_all_ran_from_its_restored_encoder_is_named_wi
     assert not (folder / "protocol_analysis_test_input_without_restored.csv").exists()
 
 
+def test_a_restored_pretraining_of_a_seed_left_out_is_not_named(tmp_path):
+    """--pretrain-seeds 0 1 leaves out gcl_p2, the one restored pre-training: the report names no restored cell and
+    writes no sensitivity analysis; --pretrain-seeds 1 2 keeps it and names its four cells."""
+    from experiments.__main__ import main
+
+    finished_before = [f"gcl_L2_d{d}_s{d}_p2" for d in range(4)]
+    folder = _restored_experiment(tmp_path, range(4, 8), finished_before)
+    argv = ["protocol", "--name", "converged", "--results-dir", str(tmp_path), "--registration", "converged"]
+    argv += ["--test-set", "test_input"]
+    assert main([*argv, "--pretrain-seeds", "0", "1", "--out-dir", str(tmp_path / "s01")]) == 0
+    assert "restored" not in (tmp_path / "s01" / "protocol_analysis_test_input.md").read_text()
+    assert not (tmp_path / "s01" / "protocol_analysis_test_input_without_restored.csv").exists()
+    assert main([*argv, "--pretrain-seeds", "1", "2", "--out-dir", str(tmp_path / "s12")]) == 0
+    named = ", ".join(f"gcl_L2_d{d}_s{d}_p2" for d in range(4, 8))
+    assert f"`gcl_p2`: {named}." in (tmp_path / "s12" / "protocol_analysis_test_input.md").read_text()
+    assert (tmp_path / "s12" / "protocol_analysis_test_input_without_restored.csv").exists()
+    assert not (folder / "protocol_analysis_test_input.md").exists()
+
+
 def test_an_analysis_without_a_restore_says_nothing_of_one(tmp_path):
     """No pre-training restored (rows without run_dir, as the harness wrote before it existed): no paragraph."""
     from experiments.report import read_results

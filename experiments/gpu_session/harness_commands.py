@@ -10,7 +10,6 @@ the finished pre-trainings' encoders as cards and ``restore --encoders`` puts th
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -83,8 +82,8 @@ def _main_records(argv: Sequence[str], command: str) -> int:
         parser.error(str(error))
     print(f"{command}: {count} records from {args.source} to {args.target}")
     if args.encoders and command == "keep":
-        preset = json.loads((args.source / "plan.json").read_text())["preset"]["name"]
-        kept = keep_experiment_encoders(args.source, args.encoders, preset, records.plan_checkout(args.source))
+        plan = records.read_plan(args.source)
+        kept = keep_experiment_encoders(args.source, args.encoders, plan["preset"]["name"], records.plan_checkout(plan))
         print(f"keep: {len(kept)} encoders of {args.source} in {args.encoders}")
     elif args.encoders:
         try:

@@ -23,12 +23,13 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from gcl_monai.utils import atomic_write
 
-__all__ = ["ARCHIVE_SUFFIX", "RECORD_SUFFIXES", "keep", "plan_checkout", "record_files", "restore"]
+__all__ = ["ARCHIVE_SUFFIX", "RECORD_SUFFIXES", "keep", "plan_checkout", "read_plan", "record_files", "restore"]
 
 #: records kept as one archive: ``keep`` into, and ``restore`` from, a path with this suffix
 ARCHIVE_SUFFIX = ".tar.xz"
@@ -59,19 +60,31 @@ def _copy(source: Path, target: Path, replacements: Sequence[tuple[str, str]] = 
     return count
 
 
-def plan_checkout(experiment: Path) -> Path:
-    """The checkout that ran the experiment folder ``experiment``: the parent of its plan's ``bundle_dir``."""
-    return Path(json.loads((Path(experiment) / "plan.json").read_text())["bundle_dir"]).parent
+def read_plan(experiment: Path) -> dict[str, Any]:
+    """
+    The ``plan.json`` of the experiment folder ``experiment``.
+
+    Raises:
+        FileNotFoundError: ``experiment`` holds no ``plan.json`` (not an experiment folder).
+    """
+    path = Path(experiment) / "plan.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{experiment} holds no plan.json: it is not an experiment folder.")
+    return json.loads(path.read_text())
 
 
-def _relative_paths(experiment: Path) -> list[tuple[str, str]]:
+def plan_checkout(plan: Mapping[str, Any]) -> Path:
+    """The checkout that ran the experiment of ``plan`` (:func:`read_plan`): the parent of its ``bundle_dir``."""
+    return Path(plan["bundle_dir"]).parent
+
+
+def _relative_paths(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
     """
-    The rewrites that make the records' paths relative to the checkout that ran them (:func:`plan_checkout`): its
-    data folders as seen from the checkout (``../shared/data``), then the checkout itself. A rerun from the root of
-    a checkout reads them as they were.
+    The rewrites that make the records' paths relative to the checkout that ran the experiment of ``plan``
+    (:func:`plan_checkout`): its data folders as seen from the checkout (``../shared/data``), then the checkout
+    itself. A rerun from the root of a checkout reads them as they were.
     """
-    plan = json.loads((experiment / "plan.json").read_text())
-    checkout = plan_checkout(experiment)
+    checkout = plan_checkout(plan)
     roots = [plan[key] for key in ("data_root", "test_root") if plan.get(key)]
     rewrites = [(root, os.path.relpath(root, checkout)) for root in roots]
     # the longer path first: a data folder inside the checkout becomes relative as a whole
@@ -93,15 +106,14 @@ def keep(experiment: Path, into: Path) -> int:
         FileNotFoundError: ``experiment`` holds no ``plan.json`` (not an experiment folder).
     """
     experiment, into = Path(experiment), Path(into)
-    if not (experiment / "plan.json").is_file():
-        raise FileNotFoundError(f"{experiment} holds no plan.json: it is not an experiment folder.")
+    rewrites = _relative_paths(read_plan(experiment))
     if not _is_archive(into):
-        return _copy(experiment, into, _relative_paths(experiment))
+        return _copy(experiment, into, rewrites)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "records"
         if into.exists():
             _extract(into, folder)
-        count = _copy(experiment, folder, _relative_paths(experiment))
+        count = _copy(experiment, folder, rewrites)
         with atomic_write(into) as partial, tarfile.open(partial, "w:xz") as tar:  # never half an archive
             for path in record_files(folder):
                 tar.add(path, arcname=path.relative_to(folder).as_posix())

@@ -27,6 +27,7 @@ from typing import Any
 from experiments.bundles import default_bundle_dir
 from experiments.experiment import DATASETS, Experiment
 from experiments.gpu_session import harness_commands
+from experiments.plan import read_plan
 from experiments.presets import METHODS, PRESETS, Preset, finetune_iteration_overrides, get_preset
 from experiments.report import BASELINES, POWER_DIFFERENCES, VALIDATION_SET, read_results, write_report
 from experiments.runner import run_experiment
@@ -285,9 +286,10 @@ def main_report(argv: Sequence[str]) -> int:
     if any(not 0 < d < 1 for d in args.power_differences):
         parser.error(f"--power-differences must be in (0, 1), got {args.power_differences}.")
     folder = args.results_dir / args.name
-    if not (folder / "plan.json").exists():
-        parser.error(f"{folder} holds no plan.json: no experiment of that name in {args.results_dir}.")
-    known = json.loads((folder / "plan.json").read_text())["methods"]
+    try:
+        known = read_plan(folder)["methods"]
+    except FileNotFoundError as error:
+        parser.error(f"{error} No experiment of that name in {args.results_dir}.")
     missing = [b for b in args.baselines if b not in known]
     if missing:
         parser.error(f"--baselines {' '.join(missing)}: not among the methods of {folder} ({', '.join(known)}).")
@@ -402,7 +404,7 @@ def main_protocol(argv: Sequence[str]) -> int:
     registration = REGISTRATIONS[args.registration]
     comparisons = [dataclasses.replace(c, test_set=args.test_set) for c in registration.comparisons]
     # the size each comparison must reach: the experiments' pre-training seeds x labelled draws
-    presets = [json.loads((folder / "plan.json").read_text())["preset"] for folder in folders]
+    presets = [read_plan(folder)["preset"] for folder in folders]
     if len({p["repeats"] for p in presets}) > 1:
         parser.error(f"the experiments have different numbers of labelled draws: {[p['repeats'] for p in presets]}.")
     seeds = [s for p in presets for s in p["pretrain_seeds"]]

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.plan import read_plan
 from experiments.presets import ALL_LABELLED, METHODS
 from experiments.report import finished_row, markdown_table, paired_difference, read_results
 from experiments.reuse import same_split
@@ -59,7 +60,7 @@ def load_experiment(folder: str | Path, test_set: str) -> ComparedExperiment:
     for needed in ("plan.json", "split.json", "results.csv"):
         if not (folder / needed).exists():
             raise FileNotFoundError(f"{folder} holds no {needed}: not an experiment of the benchmark harness.")
-    plan = json.loads((folder / "plan.json").read_text())
+    plan = read_plan(folder)
     cells = {
         (r["method"], r["num_labeled"], r["draw"], r["seed"], _pretrain_seed(r)): r
         for r in read_results(folder / "results.csv")

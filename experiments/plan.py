@@ -40,6 +40,7 @@ __all__ = [
     "execution_order",
     "plan_cells",
     "plan_experiment",
+    "read_plan",
     "whole_experiment",
 ]
 
@@ -341,6 +342,19 @@ def execution_order(pretrain: list[PretrainCell], finetune: list[FinetuneCell]) 
 def _trained_settings(value: Any) -> Any:
     """A preset's value without the overrides that change no trained result (``settings.IGNORED_KEYS``)."""
     return {k: v for k, v in value.items() if k not in IGNORED_KEYS} if isinstance(value, dict) else value
+
+
+def read_plan(folder: str | Path) -> dict[str, Any]:
+    """
+    The :py:data:`PLAN_FILE` of the experiment folder ``folder`` (:py:attr:`Plan.record`).
+
+    Raises:
+        FileNotFoundError: ``folder`` holds no ``plan.json`` (not an experiment folder).
+    """
+    path = Path(folder) / PLAN_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} holds no {PLAN_FILE}: it is not an experiment folder.")
+    return json.loads(path.read_text())
 
 
 def check_plan(experiment: Experiment) -> None:

@@ -8,7 +8,6 @@ per-class Dice, a summary of what each pre-training learned, and the plots ``dic
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,6 +20,7 @@ import torch
 from scipy import stats
 
 from experiments.paper_results import FULLY_SUPERVISED_L, PAPER_DICE, paper_dice
+from experiments.plan import read_plan
 from experiments.presets import ALL_LABELLED, METHODS
 from experiments.study.power import ALPHA, POWER, detectable_difference, pairs_needed, spread
 from gcl_monai.diagnose import encoder_weight_ranks, summarise
@@ -599,7 +599,7 @@ def write_report(
         the path of ``table.md``.
     """
     folder = Path(folder)
-    plan = json.loads((folder / "plan.json").read_text())
+    plan = read_plan(folder)
     csv_path = folder / "results.csv"
     rows = read_results(csv_path) if csv_path.exists() else []
     table = folder / "table.md"

@@ -26,6 +26,7 @@ from typing import Any
 from experiments.done import pretrain_done, trained
 from experiments.experiment import FinetuneCell, PretrainCell
 from experiments.fingerprints import ENCODER_HASH_KEY, encoder_hash
+from experiments.plan import read_plan
 from experiments.presets import METHODS
 from experiments.settings import (
     IGNORED_KEYS,
@@ -152,7 +153,7 @@ def _legacy_finetune_settings(cell: FinetuneCell, source: Path) -> dict[str, Any
     The overrides that ``source``'s plan gave its cell of the same name (for a cell from before the settings record):
     the preset's common and fine-tuning overrides, the method's and the cell's own.
     """
-    preset = json.loads((source / "plan.json").read_text())["preset"]
+    preset = read_plan(source)["preset"]
     method = METHODS[cell.method]
     return _settings(
         {

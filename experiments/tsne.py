@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from monai.bundle import ConfigParser
 
+from experiments.plan import read_plan
 from gcl_monai.data import SliceDataset, without_labels
 from gcl_monai.handlers import latest_checkpoint
 from gcl_monai.utils import save_figure
@@ -107,7 +108,7 @@ def run_tsne(
     from sklearn.manifold import TSNE
 
     folder = Path(folder)
-    plan = json.loads((folder / "plan.json").read_text())
+    plan = read_plan(folder)
     missing = [m for m in methods if m not in plan["pretrain"]]
     if missing:
         raise ValueError(f"{missing} not pre-trained in {folder}; pre-trained there: {list(plan['pretrain'])}.")

@@ -16,6 +16,7 @@ from pathlib import Path
 from experiments.gpu_session import records
 from experiments.gpu_session.elsewhere import cell_checks
 from experiments.gpu_session.kept_encoders import keep_experiment_encoders, restore_experiment_encoders
+from experiments.plan import read_plan
 from experiments.runner import CellCheck
 
 __all__ = ["COMMANDS", "add_run_options", "run_checks"]
@@ -82,7 +83,7 @@ def _main_records(argv: Sequence[str], command: str) -> int:
         parser.error(str(error))
     print(f"{command}: {count} records from {args.source} to {args.target}")
     if args.encoders and command == "keep":
-        plan = records.read_plan(args.source)
+        plan = read_plan(args.source)
         kept = keep_experiment_encoders(args.source, args.encoders, plan["preset"]["name"], records.plan_checkout(plan))
         print(f"keep: {len(kept)} encoders of {args.source} in {args.encoders}")
     elif args.encoders:

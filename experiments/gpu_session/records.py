@@ -18,7 +18,6 @@ session in whole blocks: :py:func:`experiments.gpu_session.terms.travel_bytes`).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tarfile
@@ -27,9 +26,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.plan import read_plan
 from gcl_monai.utils import atomic_write
 
-__all__ = ["ARCHIVE_SUFFIX", "RECORD_SUFFIXES", "keep", "plan_checkout", "read_plan", "record_files", "restore"]
+__all__ = ["ARCHIVE_SUFFIX", "RECORD_SUFFIXES", "keep", "plan_checkout", "record_files", "restore"]
 
 #: records kept as one archive: ``keep`` into, and ``restore`` from, a path with this suffix
 ARCHIVE_SUFFIX = ".tar.xz"
@@ -60,21 +60,9 @@ def _copy(source: Path, target: Path, replacements: Sequence[tuple[str, str]] = 
     return count
 
 
-def read_plan(experiment: Path) -> dict[str, Any]:
-    """
-    The ``plan.json`` of the experiment folder ``experiment``.
-
-    Raises:
-        FileNotFoundError: ``experiment`` holds no ``plan.json`` (not an experiment folder).
-    """
-    path = Path(experiment) / "plan.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{experiment} holds no plan.json: it is not an experiment folder.")
-    return json.loads(path.read_text())
-
-
 def plan_checkout(plan: Mapping[str, Any]) -> Path:
-    """The checkout that ran the experiment of ``plan`` (:func:`read_plan`): the parent of its ``bundle_dir``."""
+    """The checkout that ran the experiment of ``plan`` (:func:`~experiments.plan.read_plan`): the parent of its
+    ``bundle_dir``."""
     return Path(plan["bundle_dir"]).parent
 
 

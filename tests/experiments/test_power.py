@@ -58,7 +58,7 @@ def test_spread():
     assert math.isnan(spread([0.1]))
 
 
-def test_report_states_what_the_pairs_resolve(tmp_path):
+def test_report_states_what_the_pairs_resolve(tmp_path, capsys):
     rows = [
         {
             "dataset": "acdc",
@@ -104,3 +104,7 @@ def test_report_states_what_the_pairs_resolve(tmp_path):
     assert "What these pairs resolve" not in (folder / "table.md").read_text()
     with pytest.raises(SystemExit):
         main(["report", "--name", "hand", "--results-dir", str(tmp_path), "--power-differences", "1.5"])
+    # a name with no experiment folder: the parser names the folder and the results directory
+    with pytest.raises(SystemExit):
+        main(["report", "--name", "absent", "--results-dir", str(tmp_path)])
+    assert f"{tmp_path / 'absent'} holds no plan.json" in capsys.readouterr().err

@@ -26,7 +26,7 @@ from typing import Any
 from experiments.done import pretrain_done, trained
 from experiments.experiment import FinetuneCell, PretrainCell
 from experiments.fingerprints import ENCODER_HASH_KEY, encoder_hash
-from experiments.plan import read_plan
+from experiments.plan import PLAN_FILE, read_plan
 from experiments.presets import METHODS
 from experiments.settings import (
     IGNORED_KEYS,
@@ -73,10 +73,11 @@ def find_reusable(cell: PretrainCell, source: Path) -> tuple[PretrainCell | None
     The finished pre-training of ``cell.name`` (method and seed) in the experiment folder ``source`` if it is the
     same run as ``cell`` (else None), and the reason in words.
     """
-    plan_path = Path(source) / "plan.json"
-    if not plan_path.exists():
-        return None, f"{source} holds no plan.json"
-    stored = json.loads(plan_path.read_text()).get("pretrain", {}).get(cell.name)
+    try:
+        plan = read_plan(source)
+    except FileNotFoundError as error:
+        return None, str(error)
+    stored = plan.get("pretrain", {}).get(cell.name)
     if stored is None:
         return None, f"{source} has no pre-training of {cell.name}"
     # the stored folders are those of the run; the experiment folder may have moved since
@@ -190,8 +191,8 @@ def find_reusable_finetuning(cell: FinetuneCell, source: Path) -> tuple[Path | N
     first: the execution order does).
     """
     source = Path(source)
-    if not (source / "plan.json").exists():
-        return None, f"{source} holds no plan.json"
+    if not (source / PLAN_FILE).exists():
+        return None, f"{source} holds no {PLAN_FILE}"
     folder = source / "finetune" / cell.folder.name
     status = read_status(folder)
     if not trained(status):

@@ -928,6 +928,8 @@ def test_pretrain_from_refuses_another_config(tmp_path):
         None,
         f"{source.folder}'s pre-training of simclr ran pretrain.json, not train.json",
     )
+    # a folder that is no experiment: not taken, and the reason names it
+    assert find_reusable(cell, tmp_path) == (None, f"{tmp_path} holds no plan.json: it is not an experiment folder.")
 
 
 # ------------------------------------------------------------------------------------------------ --finetune-from

@@ -17,7 +17,7 @@ with open(os.environ["CALLS"], "a") as f:
 """
 
 # the drivers' switches: a test sets the ones it means, none comes from the shell that runs the tests
-DRIVER_SWITCHES = ("RECIPE", "JOBS", "REMAKE_ENCODERS", "SET_ASIDE_STALE", "TEST_ROOT")
+DRIVER_SWITCHES = ("RECIPE", "JOBS", "REMAKE_ENCODERS", "SET_ASIDE_STALE", "TEST_ROOT", "PROBE_OUT", "BRING_BACK")
 
 
 def run_driver(

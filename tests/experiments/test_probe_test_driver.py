@@ -40,8 +40,8 @@ def _probe_test(tmp_path: Path, jobs: int, data: str = "acdc") -> tuple[subproce
     return run_driver(tmp_path, STAND_IN, cmd, JOBS=str(jobs))
 
 
-def _stage_c(tmp_path: Path, encoders: list[str]) -> None:
-    experiment = tmp_path / "results" / "stageC"
+def _stage_c(tmp_path: Path, encoders: list[str], name: str = "stageC") -> None:
+    experiment = tmp_path / "results" / name
     experiment.mkdir(parents=True)
     (experiment / "split.json").write_text("{}")
     for name in encoders:
@@ -86,3 +86,33 @@ def test_an_unknown_dataset_is_refused_by_name(tmp_path):
     proc, log = run_driver(tmp_path, STAND_IN, ["bash", "benchmarks/probe_test.sh", "heart", "DATA", "results"])
     assert proc.returncode == 2 and log == []
     assert "no bundle bundles/gcl_heart for DATA=heart" in proc.stderr
+
+
+def test_the_converged_run_is_probed_into_its_own_folder(tmp_path):
+    """docs/results/cpu-converged_acdc/probe_test.sh: the encoders of amendment 4's experiment, its split, rows in
+    its own folder (not stage C's); a missing encoder names the restore command that brings it back from its card."""
+    cmd = ["bash", "docs/results/cpu-converged_acdc/probe_test.sh", "DATA", str(tmp_path / "results")]
+    _stage_c(tmp_path, [e for e in ENCODERS if e != "simclr_p1"], name="cpu-converged_acdc")
+    proc, log = run_driver(tmp_path, STAND_IN, cmd, JOBS="2")
+    assert proc.returncode == 1 and log == []
+    experiment = tmp_path / "results" / "cpu-converged_acdc"
+    assert f"{experiment}/pretrain/simclr_p1/encoder.pt is not on this machine" in proc.stderr
+    assert (
+        "python -m experiments restore docs/results/cpu-converged_acdc/kept/cpu-converged_acdc.tar.xz "
+        f"{experiment} --encoders docs/results/cpu-converged_acdc/encoders" in proc.stderr
+    )
+
+    (experiment / "pretrain" / "simclr_p1").mkdir()
+    (experiment / "pretrain" / "simclr_p1" / "encoder.pt").write_bytes(b"weights")
+    proc, log = run_driver(tmp_path, STAND_IN, cmd, JOBS="2")
+    assert proc.returncode == 0, proc.stderr
+    out = experiment / "probe_test"
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(
+        [f"random_s{seed}" for seed in (0, 1, 2)] + ENCODERS
+    )
+    assert not (tmp_path / "results" / "cpu-protocol_acdc").exists()
+    args = json.loads((out / "supervised_encoder_p2" / "probe.json").read_text())
+    assert args[args.index("--split_file") + 1] == f"{experiment}/split.json"
+    assert args[args.index("--encoder") + 1] == f"{experiment}/pretrain/supervised_encoder_p2/encoder.pt"
+    assert args[args.index("--eval") + 1] == "test"
+    assert log[-1] == "end gcl_monai.probe.table probe_test.csv"

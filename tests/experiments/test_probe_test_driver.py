@@ -101,6 +101,7 @@ def test_the_converged_run_is_probed_into_its_own_folder(tmp_path):
         "python -m experiments restore docs/results/cpu-converged_acdc/kept/cpu-converged_acdc.tar.xz "
         f"{experiment} --encoders docs/results/cpu-converged_acdc/encoders" in proc.stderr
     )
+    assert f"mv {experiment} {experiment}.records-only && python -m experiments restore" in proc.stderr  # not empty
 
     (experiment / "pretrain" / "simclr_p1").mkdir()
     (experiment / "pretrain" / "simclr_p1" / "encoder.pt").write_bytes(b"weights")

@@ -19,8 +19,10 @@ import logging
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -85,8 +87,8 @@ def keep_experiment_encoders(experiment: Path, into: Path, budget: str, checkout
     """
     Keeps the encoder of each finished pre-training of the experiment folder ``experiment`` as a card in ``into``:
     ``<pre-training>.pt`` in bfloat16 and its ``.json`` (recipe and seed from the folder's name, the experiment,
-    ``budget``, the commit of ``checkout``, the float32 encoder's SHA-256 and its last probe). A card already kept of
-    the same ``encoder.pt`` is not written again.
+    ``budget``, the commit of ``checkout``, the float32 encoder's SHA-256 (:func:`_first_fingerprint`) and its last
+    probe). A card already kept of the same encoder is not written again.
 
     Returns:
         the kept weights, one ``.pt`` per encoder; an encoder that is no ``BasicUNet`` encoder gets no card (logged).
@@ -95,11 +97,12 @@ def keep_experiment_encoders(experiment: Path, into: Path, budget: str, checkout
     kept = []
     for status_file in sorted(experiment.glob(f"pretrain/*/{STATUS_FILE}")):
         folder, encoder = status_file.parent, status_file.parent / "encoder.pt"
-        if read_status(folder).get("status") != "finished" or not encoder.exists():
+        status = read_status(folder)
+        if status.get("status") != "finished" or not encoder.exists():
             continue
         out = into / f"{folder.name}.pt"
         card = out.with_suffix(".json")
-        fingerprint = encoder_hash(encoder)
+        fingerprint = _first_fingerprint(status, encoder)
         if not (out.exists() and card.exists() and json.loads(card.read_text()).get("encoder_sha256") == fingerprint):
             name = _PRETRAIN_NAME.match(folder.name)
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +125,18 @@ def keep_experiment_encoders(experiment: Path, into: Path, budget: str, checkout
     return kept
 
 
+def _first_fingerprint(status: Mapping[str, Any], encoder: Path) -> str:
+    """
+    The SHA-256 of the float32 encoder that the pre-training's ``encoder`` stands for: its own, or, where it is the
+    file put back from a kept card (:py:data:`RESTORED_KEY`), the first encoder's (the status's
+    :py:data:`~experiments.fingerprints.ENCODER_HASH_KEY`): its weights are that card's bfloat16 ones, which a card
+    kept of it again holds bit for bit, and a later restore checks the card against the first fingerprint.
+    """
+    made = encoder_hash(encoder)
+    restore = status.get(RESTORED_KEY)
+    return status[ENCODER_HASH_KEY] if restore is not None and restore["sha256"] == made else made
+
+
 def restore_experiment_encoders(experiment: Path, encoders: Path) -> list[Path]:
     """
     Puts back the encoder of each finished pre-training of the experiment folder ``experiment`` (records restored on
@@ -131,7 +146,9 @@ def restore_experiment_encoders(experiment: Path, encoders: Path) -> list[Path]:
     of pre-training again (which takes as long as the first time and need not give the same bytes on another CPU).
     The status records it under :py:data:`RESTORED_KEY` (the card, the stored dtype, the written file's SHA-256,
     the time, and ``cells_finished``: the experiment's fine-tuning cells already finished, which loaded the first
-    weights) and a line goes to the experiment's ``progress.log``, so that the cells that loaded the rounded weights
+    weights; a pre-training restored before keeps the first restore's, since the cells finished since then loaded
+    the rounded weights too, and lists the earlier restores' times under ``restored_before``) and a line goes to
+    the experiment's ``progress.log``, so that the cells that loaded the rounded weights
     can be told from those that loaded the first ones (:py:mod:`experiments.study.restored`; the records carry no
     checkpoint, so a cell left unfinished starts again from the restored encoder). A pre-training with its
     ``encoder.pt`` on this machine, not finished, or without a card is left as it is.
@@ -161,14 +178,16 @@ def restore_experiment_encoders(experiment: Path, encoders: Path) -> list[Path]:
             )
         with atomic_write(encoder) as partial:
             torch.save(restore_encoder(card_file), partial)
-        at = datetime.now()
+        earlier = status.get(RESTORED_KEY)
         restored = {
             "card": card_file.name,
             "stored_dtype": card["stored_dtype"],
             "sha256": encoder_hash(encoder),
-            "at": at.isoformat(timespec="seconds"),
-            "cells_finished": finished,
+            "at": datetime.now().isoformat(timespec="seconds"),
+            "cells_finished": finished if earlier is None else earlier["cells_finished"],
         }
+        if earlier is not None:
+            restored["restored_before"] = [*earlier.get("restored_before", []), earlier["at"]]
         write_status(folder, {**status, RESTORED_KEY: restored})
         with logged_to(experiment / "progress.log"):
             logger.info(

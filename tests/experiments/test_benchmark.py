@@ -1384,6 +1384,25 @@ def test_a_run_on_a_new_machine_goes_on_from_its_kept_encoders(tmp_path, monkeyp
     restored = restored_cells({run: read_results(run / "results.csv")})
     assert restored == RestoredCells(cells={"simclr": ("simclr_L1_d1_s1",)}, mixed=("simclr",))
 
+    # keeping machine B's records again leaves the card as it was: the restored file stands for the first encoder
+    cards_before = {p.name: p.read_bytes() for p in cards.iterdir()}
+    assert main(["keep", "results/run", str(kept), "--encoders", str(cards)]) == 0
+    assert {p.name: p.read_bytes() for p in cards.iterdir()} == cards_before
+    assert main(["keep", "results/run", str(tmp_path / "kept_b"), "--encoders", str(tmp_path / "cards_b")]) == 0
+    card_b = json.loads((tmp_path / "cards_b" / "simclr.json").read_text())
+    assert card_b["encoder_sha256"] == status[ENCODER_HASH_KEY]
+    weights_b = torch.load(tmp_path / "cards_b" / "simclr.pt", weights_only=True)
+    assert all(torch.equal(v, torch.load(cards / "simclr.pt", weights_only=True)[k]) for k, v in weights_b.items())
+
+    # a third machine restores machine B's records: the cells that loaded the first encoder are still machine A's
+    machine_c = checkout("c")
+    assert main(["restore", str(kept), "results/run", "--encoders", str(cards)]) == 0
+    run_c = machine_c / "results" / "run"
+    again = read_status(run_c / "pretrain" / "simclr")[RESTORED_KEY]
+    assert again["cells_finished"] == first_cells and again["restored_before"] == [status[RESTORED_KEY]["at"]]
+    assert restored_cells({run_c: read_results(run_c / "results.csv")}) == restored
+    monkeypatch.chdir(machine_b)
+
     shutil.rmtree(machine_b / "results")
     card = json.loads((cards / "simclr.json").read_text())
     (cards / "simclr.json").write_text(json.dumps({**card, "encoder_sha256": "0" * 64}))

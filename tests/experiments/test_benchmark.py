@@ -1391,8 +1391,9 @@ def test_a_run_on_a_new_machine_goes_on_from_its_kept_encoders(tmp_path, monkeyp
     assert main(["keep", "results/run", str(tmp_path / "kept_b"), "--encoders", str(tmp_path / "cards_b")]) == 0
     card_b = json.loads((tmp_path / "cards_b" / "simclr.json").read_text())
     assert card_b["encoder_sha256"] == status[ENCODER_HASH_KEY]
+    weights_a = torch.load(cards / "simclr.pt", weights_only=True)
     weights_b = torch.load(tmp_path / "cards_b" / "simclr.pt", weights_only=True)
-    assert all(torch.equal(v, torch.load(cards / "simclr.pt", weights_only=True)[k]) for k, v in weights_b.items())
+    assert weights_b.keys() == weights_a.keys() and all(torch.equal(v, weights_a[k]) for k, v in weights_b.items())
 
     # a third machine restores machine B's records: the cells that loaded the first encoder are still machine A's
     machine_c = checkout("c")
